@@ -1,0 +1,24 @@
+import torch
+import torch.nn as nn
+
+# An elementwise chain: y = relu(x * scale + shift). Memory-bound: one read, one write.
+batch_size = 4096
+dim = 16384
+
+
+class Model(nn.Module):
+    def __init__(self, scale: float, shift: float):
+        super().__init__()
+        self.scale = scale
+        self.shift = shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * self.scale + self.shift)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [1.5, 0.25]

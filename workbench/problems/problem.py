@@ -1,0 +1,100 @@
+"""`Problem`: a KernelBench-format reference with its size overrides and precision policy.
+
+A Problem is cheap to pickle (path, overrides, policy), so worker processes rebuild it from the same file; the parent
+loads the reference module too (problem files are trusted, candidates are not).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from pathlib import Path
+from typing import Any, Mapping
+
+from .loader import (ProblemError, call_factory, load_module, parse_override, resolve_path, source_hash)
+
+# Precision policies. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix units for
+# fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
+PRECISIONS = ("strict", "tf32")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    path: str
+    overrides: tuple[tuple[str, str], ...] = ()
+    precision: str | None = None  # None: the file's WORKBENCH_PRECISION, else "strict"
+
+    @classmethod
+    def load(cls, name_or_path: str | Path, overrides: Mapping[str, Any] | list[str] | None = None,
+             precision: str | None = None) -> "Problem":
+        """Resolve, parse and check a problem; overrides as {'N': '64'} or ['N=64']."""
+        if precision is not None and precision not in PRECISIONS:
+            raise ProblemError(f"precision must be one of {PRECISIONS}, got '{precision}'")
+        path = resolve_path(name_or_path)
+        pairs: dict[str, str] = {}
+        if isinstance(overrides, (list, tuple)):
+            for text in overrides:
+                k, v = parse_override(text)
+                pairs[k] = v
+        elif overrides:
+            for k, v in overrides.items():
+                pairs[k] = v if isinstance(v, str) else repr(v)
+                parse_override(f"{k}={pairs[k]}")
+        prob = cls(str(path), tuple(sorted(pairs.items())), precision)
+        prob.module  # parse and check now, so a malformed file fails here with its reason
+        return prob
+
+    # ---- the reference, loaded lazily (cached per instance) ----
+    @functools.cached_property
+    def _loaded(self) -> tuple[types.ModuleType, str]:
+        return load_module(Path(self.path), dict(self.overrides))
+
+    @property
+    def module(self) -> types.ModuleType:
+        return self._loaded[0]
+
+    @property
+    def source(self) -> str:
+        """The effective source (overrides applied)."""
+        return self._loaded[1]
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def key(self) -> str:
+        """Identity of the problem at these sizes: name plus a hash of the effective source."""
+        return f"{self.name}@{source_hash(self.source + '|' + self.policy)}"
+
+    @property
+    def policy(self) -> str:
+        if self.precision:
+            return self.precision
+        declared = getattr(self.module, "WORKBENCH_PRECISION", "strict")
+        if declared not in PRECISIONS:
+            raise ProblemError(f"{self.path}: WORKBENCH_PRECISION must be one of {PRECISIONS}, got '{declared}'")
+        return declared
+
+    def init_inputs(self) -> list[Any]:
+        return call_factory(self.module, "get_init_inputs", self.path)
+
+    def inputs(self) -> list[Any]:
+        return call_factory(self.module, "get_inputs", self.path)
+
+    def make_reference(self, init_inputs: list[Any] | None = None):
+        init = self.init_inputs() if init_inputs is None else init_inputs
+        try:
+            return self.module.Model(*init)
+        except Exception as e:
+            raise ProblemError(f"{self.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
+
+    def constants(self) -> dict[str, Any]:
+        """Module-level constants of simple types (the sizes a researcher can --set)."""
+        out = {}
+        for k, v in vars(self.module).items():
+            if k.startswith("_") or isinstance(v, (types.ModuleType, type)) or callable(v):
+                continue
+            if isinstance(v, (int, float, bool, str, tuple, list)) or type(v).__name__ == "dtype":
+                out[k] = v if not type(v).__name__ == "dtype" else str(v)
+        return out
