@@ -1,0 +1,190 @@
+"""The `workbench` command line.
+
+    workbench problems list
+    workbench problems show PROBLEM [--set NAME=VALUE ...] [--json]
+    workbench eval PROBLEM CANDIDATE [--device auto|cuda|cpu] [--set ...] [--up-to STAGE] [--json]
+    workbench demo [--device auto|cuda|cpu]
+
+PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
+command that could not run (bad problem file, no GPU where one was asked for) exits 2 with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .harness.records import STAGES
+
+
+def _problem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("problem", help="a KernelBench-format .py file or a built-in problem name")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a module-level size constant (a Python literal); repeatable")
+    p.add_argument("--precision", choices=["strict", "tf32"], default=None,
+                   help="fp32 accuracy policy (default: the file's WORKBENCH_PRECISION, else strict)")
+
+
+def _load_problem(args):
+    from .problems import Problem
+
+    return Problem.load(args.problem, args.overrides, precision=args.precision)
+
+
+def cmd_problems_list(args) -> int:
+    from .problems import Problem, builtin_names
+
+    for name in builtin_names():
+        p = Problem.load(name)
+        doc = next((line.strip("# ").strip() for line in p.source.splitlines() if line.startswith("#")), "")
+        print(f"{name:24s} {doc}")
+    return 0
+
+
+def problem_report(problem) -> dict[str, Any]:
+    from .devices import ceilings
+    from .problems.analysis import count, roofline_floor
+
+    counts = count(problem)
+    report: dict[str, Any] = {"problem": problem.name, "key": problem.key, "path": problem.path,
+                              "precision": problem.policy, "constants": problem.constants(), **counts.to_dict()}
+    floors = {}
+    for gpu, c in ceilings.available().items():
+        try:
+            floors[gpu] = roofline_floor(counts, c).to_dict()
+        except KeyError as e:
+            floors[gpu] = {"error": str(e)}
+    report["floors"] = floors
+    return report
+
+
+def cmd_problems_show(args) -> int:
+    r = problem_report(_load_problem(args))
+    if args.json:
+        print(json.dumps(r, default=str))
+        return 0
+    print(f"{r['problem']}  ({r['key']}, precision {r['precision']})\n  {r['path']}")
+    print("  constants: " + ", ".join(f"{k}={v}" for k, v in r["constants"].items()))
+    for i, x in enumerate(r["inputs"]):
+        print(f"  input {i}: {x}")
+    for i, x in enumerate(r["outputs"]):
+        print(f"  output {i}: {x}")
+    print(f"  FLOPs {r['flops']:.4g} ({r['compute_dtype']}), min bytes {r['min_bytes']:.4g}, "
+          f"eager bytes {r['eager_bytes']:.4g}, intensity {r['intensity']:.3g} FLOP/B, parameters {r['parameters']}")
+    if not r["floors"]:
+        print("  floor: no device has measured ceilings (run experiments/measure_ceilings.py on a GPU)")
+    for gpu, f in r["floors"].items():
+        if "error" in f:
+            print(f"  floor on {gpu}: {f['error']}")
+        else:
+            print(f"  floor on {gpu}: {f['floor_ms']:.4g} ms ({f['bound']}-bound; compute {f['compute_ms']:.4g} ms, "
+                  f"memory {f['memory_ms']:.4g} ms)")
+    return 0
+
+
+def _open_store(args):
+    if args.no_store:
+        return None
+    from .store import Store
+
+    return Store(args.store)
+
+
+def cmd_eval(args) -> int:
+    from .candidate import Candidate
+    from .devices import get_device
+    from .harness.ladder import Ladder
+
+    problem = _load_problem(args)
+    candidate = Candidate.from_file(args.candidate)
+    device = get_device(args.device)
+    try:
+        ladder = Ladder(device, store=_open_store(args), seeds=args.seeds)
+        ev = ladder.evaluate(problem, candidate, up_to=args.up_to, force_full=True)
+    finally:
+        device.close()
+    if args.json:
+        print(ev.to_json())
+        return 0
+    print(f"{problem.name} / {Path(args.candidate).name} on {ev.device}: {'OK' if ev.ok else 'REJECTED'}")
+    for s in ev.stages:
+        print(f"  {s.name:13s} {s.verdict:12s} {s.cost_s:7.2f}s  {s.reason}")
+        for f in s.flags:
+            print(f"  {'':13s} {f.get('severity', ''):12s} {'':8s} {f.get('reason', '')}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """The main job until the search exists: the ladder over the shipped example candidates."""
+    from .candidate import Candidate
+    from .devices import get_device
+    from .examples import EXAMPLES
+    from .harness.ladder import Ladder
+    from .problems import Problem
+
+    device = get_device(args.device)
+    print(f"device: {device.name}" + ("" if device.kind == "cuda" else
+                                      " (no GPU: static, compile and interpreter correctness at small shapes; "
+                                      "timing is refused, never faked)"))
+    try:
+        ladder = Ladder(device, store=_open_store(args))
+        for ex in EXAMPLES:
+            problem = Problem.load(ex.problem, [] if device.kind == "cuda" else ex.cpu_overrides)
+            ev = ladder.evaluate(problem, Candidate.from_file(ex.path))
+            last = ev.stages[-1]
+            speed = f"  {ev.summary().get('speedup_vs_eager'):.3g}x eager" if "speedup_vs_eager" in ev.summary() else ""
+            print(f"{problem.name:18s} {ex.path.name:28s} fidelity={ev.fidelity:12s}{speed}  [{last.name}: "
+                  f"{last.verdict}] {last.reason}")
+        print(f"GPU budget spent: {ladder.budget.gpu_spent:.2f} s")
+    finally:
+        device.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="workbench", description="GPU kernel search workbench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    probs = sub.add_parser("problems", help="list and inspect problems").add_subparsers(dest="sub", required=True)
+    probs.add_parser("list", help="built-in problems").set_defaults(func=cmd_problems_list)
+    show = probs.add_parser("show", help="shapes, FLOPs, bytes and roofline floor of a problem")
+    _problem_args(show)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_problems_show)
+
+    ev = sub.add_parser("eval", help="run a candidate up the evaluation ladder")
+    _problem_args(ev)
+    ev.add_argument("candidate", help="a .py file defining ModelNew")
+    ev.add_argument("--device", default="auto", help="auto (GPU if present), cuda, cuda:N or cpu")
+    ev.add_argument("--up-to", default="full_timing", choices=STAGES)
+    ev.add_argument("--seeds", type=int, default=5, help="correctness seeds (default 5)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--store", default=None, help="SQLite store path (default: $WORKBENCH_STORE or "
+                                                  "~/.workbench/store.sqlite)")
+    ev.add_argument("--no-store", action="store_true", help="neither read nor write the store")
+    ev.set_defaults(func=cmd_eval)
+
+    demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
+    demo.add_argument("--device", default="auto")
+    demo.add_argument("--store", default=None)
+    demo.add_argument("--no-store", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .devices.local import NoGPUError
+    from .problems.loader import ProblemError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ProblemError, NoGPUError, ValueError, OSError) as e:
+        print(f"workbench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

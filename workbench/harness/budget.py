@@ -1,0 +1,43 @@
+"""GPU-seconds as a counted budget: what each ladder stage actually held a GPU for, workers included."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+
+
+class BudgetExhausted(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Budget:
+    gpu_seconds: float | None = None  # None: unlimited
+    wall_seconds: float | None = None
+    spent: dict[str, float] = dataclasses.field(default_factory=lambda: defaultdict(float))
+    evaluations: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def gpu_spent(self) -> float:
+        return sum(self.spent.values())
+
+    @property
+    def gpu_left(self) -> float:
+        return float("inf") if self.gpu_seconds is None else max(self.gpu_seconds - self.gpu_spent, 0.0)
+
+    def exhausted(self) -> str | None:
+        """Why no more GPU work may start, or None."""
+        if self.gpu_seconds is not None and self.gpu_spent >= self.gpu_seconds:
+            return f"GPU budget spent ({self.gpu_spent:.1f} of {self.gpu_seconds:.1f} GPU-s)"
+        if self.wall_seconds is not None and time.monotonic() - self.started >= self.wall_seconds:
+            return f"wall-clock limit reached ({self.wall_seconds:.0f} s)"
+        return None
+
+    def charge(self, stage: str, gpu_s: float) -> None:
+        self.spent[stage] += gpu_s
+        self.evaluations[stage] += 1
+
+    def report(self) -> dict[str, object]:
+        return {"gpu_seconds_limit": self.gpu_seconds, "gpu_seconds_spent": self.gpu_spent,
+                "by_stage": {k: {"gpu_s": v, "runs": self.evaluations[k]} for k, v in self.spent.items()}}

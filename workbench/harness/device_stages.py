@@ -1,0 +1,79 @@
+"""Worker-side entry point for the stages that run on a device: correctness, quick timing, full timing.
+
+One call runs the requested stages in order and stops at the first that does not pass, so the candidate is imported
+and its inputs built once per climb. The candidate pair is kept between calls for the same candidate (a quick timing
+followed by a promotion to full timing re-uses it). A CUDA error that can leave the context broken marks the result
+fatal; the parent then replaces the worker.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from ..devices import sandbox
+from ..problems.loader import ProblemError
+from ..problems.problem import Problem
+from . import correctness, timing
+from .execution import build_pair
+from .records import FAIL, PASS
+
+_pair_cache: dict[tuple, Any] = {}
+
+
+def _get_pair(problem: Problem, cand_path: str, device: torch.device):
+    key = (problem, cand_path, str(device))
+    if key not in _pair_cache:
+        _pair_cache.clear()
+        sandbox.drop_modules()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        _pair_cache[key] = build_pair(problem, cand_path, device)
+    return _pair_cache[key]
+
+
+def run(progress: Callable[[str], None], problem: tuple, cand_path: str, device: str, stages: list[str],
+        options: dict[str, Any] | None = None) -> dict[str, Any]:
+    opts = options or {}
+    dev = torch.device(device)
+    prob = Problem(*problem)
+    results: list[dict[str, Any]] = []
+    fatal = False
+    for stage in stages:
+        progress(stage)
+        t0 = time.perf_counter()
+        try:
+            pair = _get_pair(prob, cand_path, dev)
+            if stage == "correctness":
+                r = correctness.check(pair, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"))
+            elif stage in timing.FIDELITY:
+                r = timing.measure(pair, stage, floor_ms=opts.get("floor_ms"))
+            else:
+                r = {"verdict": FAIL, "reason": f"unknown device stage '{stage}'"}
+        except ProblemError as e:
+            r = {"verdict": FAIL, "reason": f"problem error: {e}"}
+        except sandbox.CandidateError as e:
+            r = {"verdict": FAIL, "reason": f"malformed candidate: {e}"}
+        except BaseException as e:  # the candidate's own exception, whatever it is
+            fatal = sandbox.cuda_context_broken(e)
+            r = {"verdict": FAIL, "reason": f"raised {type(e).__name__}: {str(e).strip()[:500]}",
+                 "data": {"traceback": traceback.format_exc(limit=8)[-3000:]}}
+            if fatal:
+                r["reason"] += " (CUDA context broken: worker replaced)"
+            _pair_cache.clear()
+        if not fatal and dev.type == "cuda":
+            try:  # an asynchronous kernel fault surfaces here, after the stage returned
+                sandbox.cuda_sync()
+            except BaseException as e:
+                fatal = True
+                r = {"verdict": FAIL, "reason": f"raised {type(e).__name__}: {str(e).strip()[:500]} "
+                                                "(CUDA context broken: worker replaced)"}
+        r["name"] = stage
+        r["seconds"] = time.perf_counter() - t0
+        results.append(r)
+        progress(dict(r))
+        if r["verdict"] != PASS or fatal:
+            break
+    return {"stages": results, "fatal": fatal}

@@ -1,0 +1,123 @@
+"""Worker-side execution helpers shared by the correctness and timing stages.
+
+Builds the reference and the candidate on a device from the same seed, makes fresh random input sets, clones them,
+poisons freed memory, and synchronises every stream. Runs only inside worker processes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..devices import sandbox
+from ..problems.problem import Problem
+
+POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
+
+
+@dataclasses.dataclass
+class Pair:
+    problem: Problem
+    device: torch.device
+    reference: torch.nn.Module
+    candidate: torch.nn.Module
+    init_inputs: list[Any]
+
+
+def set_precision_policy(policy: str) -> None:
+    """The reference runs in true fp32 unless the problem accepts tf32 (cuDNN's default is tf32 for convolutions)."""
+    allow = policy == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> Pair:
+    init = problem.init_inputs()
+    torch.manual_seed(seed)
+    reference = problem.make_reference(init).to(device).eval()
+    cls = sandbox.import_candidate(cand_path)
+    torch.manual_seed(seed)
+    try:
+        candidate = cls(*init)
+    except Exception as e:
+        raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
+    candidate = candidate.to(device).eval()
+    _align_parameters(reference, candidate)
+    return Pair(problem, device, reference, candidate, init)
+
+
+def _align_parameters(reference: torch.nn.Module, candidate: torch.nn.Module) -> None:
+    """Give the candidate the reference's weights when their state dicts match (KernelBench seeds both instead;
+    copying also covers candidates that create parameters in another order)."""
+    ref_sd, cand_sd = reference.state_dict(), candidate.state_dict()
+    if ref_sd.keys() == cand_sd.keys() and all(ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
+        candidate.load_state_dict(ref_sd)
+
+
+def make_inputs(problem: Problem, device: torch.device, seed: int) -> list[Any]:
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = problem.inputs()
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def degenerate_inputs(inputs: list[Any]) -> list[int]:
+    """Indices of floating inputs that are constant (zeros hide unwritten outputs and wrong indexing)."""
+    bad = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1:
+            if bool((x == x.flatten()[0]).all()):
+                bad.append(i)
+    return bad
+
+
+def clone(tree: Any) -> Any:
+    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def sync(device: torch.device) -> None:
+    """Wait for all work on the device, every stream included (the saved original, not a patchable one)."""
+    if device.type == "cuda":
+        sandbox.cuda_sync()
+
+
+def poison(device: torch.device, sizes: list[int]) -> None:
+    """Fill freed allocator blocks of these sizes with the poison pattern, so memory a candidate allocates and never
+    writes (or memory that held a freed reference output) reads as NaN, not as a plausible answer."""
+    blocks = [torch.full((n,), POISON_BYTE, dtype=torch.uint8, device=device) for n in sizes if n > 0]
+    sync(device)
+    del blocks
+
+
+def run_model(model: torch.nn.Module, inputs: list[Any], device: torch.device) -> Any:
+    with torch.no_grad():
+        out = model(*inputs)
+    sync(device)
+    return out
+
+
+def same_inputs(before: list[Any], after: list[Any]) -> list[int]:
+    """Indices of tensor inputs whose contents changed (exact comparison, NaN where NaN was counts as unchanged)."""
+    changed = []
+    for i, (a, b) in enumerate(zip(before, after)):
+        if not isinstance(a, torch.Tensor):
+            continue
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            changed.append(i)
+        elif a.is_floating_point() or a.is_complex():
+            na, nb = torch.isnan(a), torch.isnan(b)
+            if not torch.equal(na, nb) or not torch.equal(a[~na], b[~nb]):
+                changed.append(i)
+        elif not torch.equal(a, b):
+            changed.append(i)
+    return changed
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

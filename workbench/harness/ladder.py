@@ -1,0 +1,142 @@
+"""The coarse-to-fine evaluation ladder: static -> compile -> correctness -> quick timing -> full timing.
+
+Each rung is cheaper than the next; a candidate climbs only while it passes, and reaches full timing only when the
+promotion policy says its quick time earned it. GPU-seconds are charged to a `Budget` per stage; when it is spent, GPU
+stages are refused (with that reason) instead of run. With a store, an evaluation already stored at the requested
+fidelity (same problem, candidate, device and harness version) is returned instead of measured again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..candidate import Candidate
+from ..problems.problem import Problem
+from .budget import Budget
+from .records import FAIL, INCONCLUSIVE, PASS, REFUSED, STAGES, Evaluation, StageRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class PromotionPolicy:
+    """Promote to full timing when the quick time is within `full_within` of the best quick time seen for this problem
+    (relative: 0.2 = up to 20 % slower), and, if set, at least `min_speedup` times faster than eager."""
+    full_within: float = 0.2
+    min_speedup: float | None = None
+
+    def promote(self, quick: StageRecord, best_quick_ms: float | None) -> tuple[bool, str]:
+        ms = quick.data.get("candidate_ms")
+        if ms is None:
+            return False, "no quick time"
+        if self.min_speedup is not None and quick.data.get("speedup_vs_eager", 0.0) < self.min_speedup:
+            return False, f"quick speedup {quick.data.get('speedup_vs_eager', 0):.3g}x < {self.min_speedup:g}x"
+        if best_quick_ms is not None and ms > best_quick_ms * (1 + self.full_within):
+            return False, f"quick time {ms:.4g} ms is over {1 + self.full_within:.2f}x the best {best_quick_ms:.4g} ms"
+        return True, "promoted"
+
+
+class Ladder:
+    def __init__(self, device, store=None, policy: PromotionPolicy | None = None, budget: Budget | None = None,
+                 seeds: int = 5, tolerance: dict[str, float] | None = None):
+        self.device = device
+        self.store = store
+        self.policy = policy or PromotionPolicy()
+        self.budget = budget or Budget()
+        self.seeds = seeds
+        self.tolerance = tolerance
+        self.best_quick_ms: dict[str, float] = {}
+        self._floors: dict[str, float | None] = {}
+
+    def evaluate(self, problem: Problem, candidate: Candidate, up_to: str = "full_timing",
+                 force_full: bool = False) -> Evaluation:
+        if up_to not in STAGES:
+            raise ValueError(f"up_to must be one of {STAGES}")
+        if self.store is not None:
+            cached = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, up_to)
+            if cached is not None:
+                cached.provenance = {**cached.provenance, "from_store": True}
+                self._note_best(problem, cached)
+                return cached
+        ev = Evaluation(problem.key, candidate.hash, self.device.name, provenance=self.device.provenance())
+        want = STAGES[: STAGES.index(up_to) + 1]
+        self._climb(problem, candidate, want, ev, force_full)
+        timing = ev.stage("full_timing") or ev.stage("quick_timing")
+        if timing is not None and timing.ok:
+            ev.provenance.update(timing_method=timing.data.get("method"), reps=timing.data.get("reps"),
+                                 spread=timing.data.get("spread"))
+        self._note_best(problem, ev)
+        if self.store is not None:
+            self.store.put_problem(problem)
+            self.store.put_candidate(candidate)
+            self.store.put_evaluation(ev)
+        return ev
+
+    def _climb(self, problem: Problem, candidate: Candidate, want: tuple[str, ...], ev: Evaluation,
+               force_full: bool) -> None:
+        from .static import check_static
+
+        t0 = time.perf_counter()
+        static = check_static(candidate.source, problem.source, problem.policy)
+        static.cost_s = time.perf_counter() - t0
+        ev.stages.append(static)
+        if not static.ok or len(want) == 1:
+            return
+        path = candidate.write()
+        comp = self.device.compile(problem, path)
+        ev.stages.append(comp)
+        if comp.verdict == FAIL or len(want) == 2:
+            return
+        device_stages = [s for s in want if s in ("correctness", "quick_timing")]
+        if not self._run(problem, path, device_stages, ev):
+            return
+        if "full_timing" not in want:
+            return
+        quick = ev.stage("quick_timing")
+        if quick is None or not quick.ok:
+            return
+        promote, why = (True, "forced") if force_full else self.policy.promote(
+            quick, self.best_quick_ms.get(problem.key))
+        ev.provenance["promotion"] = why
+        if promote:
+            self._run(problem, path, ["full_timing"], ev)
+
+    def _run(self, problem: Problem, path, stages: list[str], ev: Evaluation) -> bool:
+        """Run device stages under the budget; True when all passed."""
+        why = self.budget.exhausted()
+        if why and self.device.kind == "cuda":
+            ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}"))
+            return False
+        options: dict[str, Any] = {"seeds": self.seeds, "tolerance": self.tolerance,
+                                   "floor_ms": self.floor_ms(problem)}
+        records = self.device.run_stages(problem, path, stages, options)
+        for r in records:
+            self.budget.charge(r.name, r.gpu_s)
+        ev.stages.extend(records)
+        return bool(records) and len(records) == len(stages) and all(r.ok for r in records)
+
+    def floor_ms(self, problem: Problem) -> float | None:
+        """The roofline floor on this device, from its measured ceilings (None when none were measured)."""
+        if problem.key not in self._floors:
+            self._floors[problem.key] = None
+            gpu = getattr(self.device, "gpu_name", None)
+            if gpu:
+                from ..devices import ceilings
+                from ..problems.analysis import count, roofline_floor
+
+                c = ceilings.load(gpu)
+                if c is not None:
+                    try:
+                        self._floors[problem.key] = roofline_floor(count(problem), c).ms
+                    except Exception:
+                        self._floors[problem.key] = None
+        return self._floors[problem.key]
+
+    def _note_best(self, problem: Problem, ev: Evaluation) -> None:
+        quick = ev.stage("quick_timing")
+        if quick is not None and quick.ok and "candidate_ms" in quick.data:
+            ms = quick.data["candidate_ms"]
+            best = self.best_quick_ms.get(problem.key)
+            self.best_quick_ms[problem.key] = ms if best is None else min(best, ms)
+
+
+__all__ = ["Ladder", "PromotionPolicy", "Budget", "PASS", "FAIL", "INCONCLUSIVE", "REFUSED"]

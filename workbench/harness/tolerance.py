@@ -1,0 +1,104 @@
+"""How close a candidate's output must be to the reference's, per dtype and precision policy.
+
+Two checks, both must pass:
+- the relative error norm ||out - ref|| / ||ref|| under `norm` (catches outputs that are wrong on average,
+  including degenerate outputs of small magnitude that a loose `allclose(atol=1e-4)` accepts);
+- an elementwise bound |out - ref| <= rtol * |ref| + atol_rms * rms(ref) everywhere (catches a wrong row or a wrong
+  tile that a norm over a large tensor dilutes). atol is scaled by the reference's RMS so the check means the same
+  thing for outputs of magnitude 1e-5 and 1e5.
+
+Defaults (configurable): fp32 strict 1e-4 (fp32 arithmetic in another order lands near 1e-6); fp32 where the
+problem accepts tf32 2e-3 (tf32 lands near 3e-4); bf16/fp16 1e-2. NaN never passes unless the reference has NaN at
+the same place; integer and bool outputs must match exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    norm: float
+    rtol: float
+    atol_rms: float
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+DEFAULTS: dict[str, Tolerance] = {
+    "fp32": Tolerance(norm=1e-4, rtol=1e-3, atol_rms=1e-3),
+    "tf32": Tolerance(norm=2e-3, rtol=1e-2, atol_rms=1e-2),
+    "bf16": Tolerance(norm=1e-2, rtol=4e-2, atol_rms=4e-2),
+    "fp16": Tolerance(norm=1e-2, rtol=2e-2, atol_rms=2e-2),
+    "fp64": Tolerance(norm=1e-9, rtol=1e-7, atol_rms=1e-7),
+}
+
+
+def precision_class(dtypes: list[Any], policy: str) -> str:
+    """The loosest class among the floating dtypes involved (inputs, parameters, output)."""
+    names = {str(d).replace("torch.", "") for d in dtypes}
+    if "bfloat16" in names:
+        return "bf16"
+    if "float16" in names:
+        return "fp16"
+    if names and names <= {"float64"}:
+        return "fp64"
+    return "tf32" if policy == "tf32" else "fp32"
+
+
+def resolve(dtypes: list[Any], policy: str, overrides: dict[str, Any] | None = None) -> tuple[str, Tolerance]:
+    cls = precision_class(dtypes, policy)
+    tol = DEFAULTS[cls]
+    if overrides:
+        tol = dataclasses.replace(tol, **{k: float(v) for k, v in overrides.items() if k in ("norm", "rtol", "atol_rms")})
+    return cls, tol
+
+
+def compare(out, ref, tol: Tolerance) -> tuple[bool, str, dict[str, Any]]:
+    """Judge one output tensor against the reference tensor (same shape and dtype already checked)."""
+    import torch
+
+    facts: dict[str, Any] = {}
+    if not (ref.is_floating_point() or ref.is_complex()):
+        same = torch.equal(out, ref)
+        facts["mismatched"] = int((out != ref).sum().item()) if not same else 0
+        return same, "" if same else f"output mismatch: {facts['mismatched']} of {ref.numel()} elements differ " \
+                                     "(integer output must match exactly)", facts
+    o, r = out.double(), ref.double()
+    o_nan, r_nan = torch.isnan(o), torch.isnan(r)
+    if bool((o_nan & ~r_nan).any()):
+        n = int((o_nan & ~r_nan).sum().item())
+        facts["nan"] = n
+        return False, f"nan in output: {n} of {ref.numel()} elements are NaN where the reference is finite", facts
+    if bool((r_nan & ~o_nan).any()):
+        return False, "output mismatch: the reference is NaN where the output is not", facts
+    finite = ~r_nan
+    o, r = o[finite], r[finite]
+    if bool(torch.isinf(o).ne(torch.isinf(r)).any()):
+        return False, "output mismatch: infinities where the reference is finite (or the reverse)", facts
+    inf = torch.isinf(r)
+    if bool(inf.any()):
+        if not torch.equal(o[inf], r[inf]):
+            return False, "output mismatch: infinities of the wrong sign", facts
+        o, r = o[~inf], r[~inf]
+    diff = (o - r).abs()
+    ref_norm = float(torch.linalg.vector_norm(r))
+    err_norm = float(torch.linalg.vector_norm(o - r))
+    rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+    rms = ref_norm / max(r.numel(), 1) ** 0.5
+    bound = tol.rtol * r.abs() + tol.atol_rms * rms
+    bad = diff > bound
+    n_bad = int(bad.sum().item())
+    facts.update(rel_err=rel, max_abs_err=float(diff.max()) if diff.numel() else 0.0, ref_rms=rms,
+                 elements_outside=n_bad)
+    if rel > tol.norm:
+        return False, (f"output mismatch: relative error {rel:.3g} > {tol.norm:g} "
+                       f"({n_bad} of {r.numel()} elements outside the elementwise bound)"), facts
+    if n_bad:
+        worst = int(torch.argmax(diff - bound))
+        return False, (f"output mismatch: {n_bad} of {r.numel()} elements outside |d| <= {tol.rtol:g}*|ref| + "
+                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o[worst]):.4g} vs {float(r[worst]):.4g}) though the "
+                       f"relative error {rel:.3g} is within {tol.norm:g}"), facts
+    return True, "", facts

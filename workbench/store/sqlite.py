@@ -1,0 +1,328 @@
+"""`Store`: the embedded SQLite store of problems, candidates and evaluations.
+
+Where it lives (`default_store_path()`):
+  1. `$WORKBENCH_STORE`, if set (a file path);
+  2. else `$WORKBENCH_HOME/store.sqlite`, if WORKBENCH_HOME is set;
+  3. else `~/.workbench/store.sqlite`.
+
+Many processes (notebook, CLI, worker pools) share one file. Each process opens its own connection (a Store that is
+pickled or inherited across fork reopens one in the new process); the database runs in WAL mode so readers never
+block the writer, and every write is one `BEGIN IMMEDIATE` transaction that waits on `busy_timeout` and retries with
+backoff when the file is locked, so concurrent writers queue up and nothing is lost. A write is committed before
+its method returns.
+
+Tables (JSON kept as TEXT, timestamps as ISO-8601 UTC text):
+  problems(key PK, name, path, source, overrides, policy, counts, created_at)
+  candidates(hash PK, source, parent, origin, created_at)
+  evaluations(id PK, problem_key -> problems, candidate_hash -> candidates, device, fidelity, ok, stages,
+              candidate_ms, eager_ms, compile_ms, speedup_vs_eager, speedup_vs_compile,
+              gpu_name, driver, torch_version, triton_version, harness_version, timing_method, reps, spread,
+              provenance, created_at)
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import workbench
+from workbench.harness.records import FAIL, REFUSED, STAGES, Evaluation, StageRecord
+
+SCHEMA_VERSION = 1  # PRAGMA user_version; bump with a migration when the tables change
+BUSY_TIMEOUT_MS = 30_000
+LOCK_RETRY_S = 300.0  # give up on a locked database only after this long: losing a record is worse than waiting
+
+SUMMARY_COLUMNS = ("candidate_ms", "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile")
+PROVENANCE_TEXT = ("gpu_name", "driver", "torch_version", "triton_version", "harness_version", "timing_method")
+TABLES = ("problems", "candidates", "evaluations")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS problems (
+    key        TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    overrides  TEXT NOT NULL,
+    policy     TEXT NOT NULL,
+    counts     TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    hash       TEXT PRIMARY KEY,
+    source     TEXT NOT NULL,
+    parent     TEXT,
+    origin     TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+    id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+    problem_key        TEXT NOT NULL REFERENCES problems(key),
+    candidate_hash     TEXT NOT NULL REFERENCES candidates(hash),
+    device             TEXT NOT NULL,
+    fidelity           TEXT NOT NULL,
+    ok                 INTEGER NOT NULL,
+    stages             TEXT NOT NULL,
+    candidate_ms       REAL,
+    eager_ms           REAL,
+    compile_ms         REAL,
+    speedup_vs_eager   REAL,
+    speedup_vs_compile REAL,
+    gpu_name           TEXT,
+    driver             TEXT,
+    torch_version      TEXT,
+    triton_version     TEXT,
+    harness_version    TEXT,
+    timing_method      TEXT,
+    reps               INTEGER,
+    spread             REAL,
+    provenance         TEXT NOT NULL,
+    created_at         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evaluations_lookup ON evaluations(problem_key, candidate_hash, device);
+"""
+
+
+def default_store_path() -> Path:
+    if os.environ.get("WORKBENCH_STORE"):
+        return Path(os.environ["WORKBENCH_STORE"]).expanduser()
+    home = os.environ.get("WORKBENCH_HOME")
+    return (Path(home).expanduser() if home else Path.home() / ".workbench") / "store.sqlite"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _json(value: Any) -> str:
+    # default=str: provenance and stage data may hold dtypes, paths or numpy scalars; a readable string beats a crash.
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def _real(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _is_lock_error(e: sqlite3.OperationalError) -> bool:
+    msg = str(e).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def reaches(evaluation: Evaluation, fidelity: str) -> bool:
+    """Whether a stored ladder answers a request at `fidelity`: it ran that stage or a later one, or it ended in a
+    failure (a failed candidate need not be re-run). An inconclusive last stage is not a failure: it may pass later."""
+    want = STAGES.index(fidelity)
+    if any(s.name in STAGES and STAGES.index(s.name) >= want for s in evaluation.stages):
+        return True
+    return bool(evaluation.stages) and evaluation.stages[-1].verdict in (FAIL, REFUSED)
+
+
+class Store:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()  # one connection per process, shared by its threads one call at a time
+        self._conn_obj: sqlite3.Connection | None = None
+        self._pid = -1
+        self._connect()
+
+    # ---- connection ----
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so the write lock is taken up front and a
+        # transaction never has to upgrade a read lock (which would fail with SQLITE_BUSY without waiting).
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self._conn_obj, self._pid = conn, os.getpid()
+        # Switching to WAL takes a lock that the busy handler does not always cover; retry like any write.
+        self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        self._write(self._create_schema)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._conn_obj is None:
+            raise RuntimeError(f"store {self.path} is closed")
+        if self._pid != os.getpid():  # inherited through fork: never share a connection across processes
+            self._conn_obj = None
+            return self._connect()
+        return self._conn_obj
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} has schema version {version}; this workbench knows up to "
+                               f"{SCHEMA_VERSION} (upgrade workbench, or point WORKBENCH_STORE elsewhere)")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _retry(self, fn: Callable[[], Any]) -> Any:
+        deadline, delay = time.monotonic() + LOCK_RETRY_S, 0.01
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if not _is_lock_error(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay * (0.5 + random.random()))  # jitter: writers that collided do not collide again
+                delay = min(delay * 2, 1.0)
+
+    def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run fn inside one BEGIN IMMEDIATE transaction, committed before returning; retried while locked."""
+        def attempt() -> Any:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("COMMIT")
+                return out
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        with self._lock:
+            return self._retry(attempt)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn_obj is not None and self._pid == os.getpid():
+                self._conn_obj.close()
+            self._conn_obj = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}  # a worker gets the path and opens its own connection
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    # ---- writes ----
+    def put_problem(self, problem: Any, counts: dict[str, Any] | None = None) -> str:
+        """Store a workbench.problems.Problem (idempotent); `counts`, when given, replaces the stored counts."""
+        row = (problem.key, problem.name, str(problem.path), problem.source, _json(dict(problem.overrides)),
+               problem.policy, None if counts is None else _json(counts), _now())
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR IGNORE INTO problems (key, name, path, source, overrides, policy, counts, "
+                         "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            if counts is not None:
+                conn.execute("UPDATE problems SET counts = ? WHERE key = ?", (row[6], row[0]))
+        self._write(write)
+        return problem.key
+
+    def put_candidate(self, candidate: Any) -> str:
+        """Store a workbench.candidate.Candidate (idempotent: the first source stored under a hash wins)."""
+        row = (candidate.hash, candidate.source, candidate.parent, _json(dict(candidate.origin)), _now())
+        self._write(lambda conn: conn.execute(
+            "INSERT OR IGNORE INTO candidates (hash, source, parent, origin, created_at) VALUES (?, ?, ?, ?, ?)", row))
+        return candidate.hash
+
+    def put_evaluation(self, evaluation: Evaluation) -> int:
+        """Append one evaluation and return its row id. Its problem and candidate must be stored first."""
+        s, prov = evaluation.summary(), evaluation.provenance or {}
+        cols = {
+            "problem_key": evaluation.problem, "candidate_hash": evaluation.candidate_hash,
+            "device": evaluation.device, "fidelity": s["fidelity"], "ok": int(s["ok"]), "stages": _json(s["stages"]),
+            **{k: _real(s.get(k)) for k in SUMMARY_COLUMNS},
+            **{k: _text(prov.get(k)) for k in PROVENANCE_TEXT},
+            "reps": _int(prov.get("reps")), "spread": _real(prov.get("spread")),
+            "provenance": _json(prov), "created_at": _now(),
+        }
+        sql = (f"INSERT INTO evaluations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})")
+        try:
+            return self._write(lambda conn: conn.execute(sql, tuple(cols.values())).lastrowid)
+        except sqlite3.IntegrityError as e:
+            raise ValueError(f"cannot store evaluation of {evaluation.candidate_hash} on {evaluation.problem}: {e} "
+                             "(put_problem and put_candidate first)") from e
+
+    # ---- reads ----
+    def find_evaluation(self, problem_key: str, candidate_hash: str, device: str, fidelity: str, *,
+                        harness_version: str | None = None) -> Evaluation | None:
+        """The newest stored evaluation that makes re-running at `fidelity` unnecessary (see `reaches`), from the
+        same harness version (default workbench.HARNESS_VERSION) and the same device string; None if there is none."""
+        if fidelity not in STAGES:
+            raise ValueError(f"fidelity must be one of {STAGES}, got '{fidelity}'")
+        version = workbench.HARNESS_VERSION if harness_version is None else harness_version
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM evaluations WHERE problem_key = ? AND candidate_hash = ? AND device = ? "
+                "AND harness_version = ? ORDER BY id DESC", (problem_key, candidate_hash, device, version)).fetchall()
+        for row in rows:
+            ev = self._evaluation(row)
+            if reaches(ev, fidelity):
+                return ev
+        return None
+
+    @staticmethod
+    def _evaluation(row: sqlite3.Row) -> Evaluation:
+        return Evaluation(problem=row["problem_key"], candidate_hash=row["candidate_hash"], device=row["device"],
+                          stages=[StageRecord.from_dict(d) for d in json.loads(row["stages"])],
+                          provenance=json.loads(row["provenance"]))
+
+    def counts_by_fidelity(self, problem_key: str | None = None) -> dict[str, int]:
+        """How many stored evaluations ended at each fidelity (optionally for one problem)."""
+        where, args = ("WHERE problem_key = ?", (problem_key,)) if problem_key else ("", ())
+        with self._lock:
+            rows = self._conn.execute(f"SELECT fidelity, COUNT(*) FROM evaluations {where} GROUP BY fidelity",
+                                      args).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def frame(self, table: str):
+        """One table as a pandas DataFrame, in insertion order."""
+        if table not in TABLES:
+            raise ValueError(f"table must be one of {TABLES}, got '{table}'")
+        order = {"problems": "created_at, key", "candidates": "created_at, hash", "evaluations": "id"}[table]
+        return self._query(f"SELECT * FROM {table} ORDER BY {order}")
+
+    def evaluations_frame(self, problem_key: str | None = None):
+        """Evaluations (optionally of one problem) with the problem's name alongside, oldest first."""
+        where, args = ("WHERE e.problem_key = ?", (problem_key,)) if problem_key else ("", ())
+        return self._query("SELECT e.*, p.name AS problem_name FROM evaluations e "
+                           f"LEFT JOIN problems p ON p.key = e.problem_key {where} ORDER BY e.id", args)
+
+    def _query(self, sql: str, args: tuple = ()):
+        import pandas as pd  # imported late: the harness workers write records without needing pandas
+
+        with self._lock:
+            return pd.read_sql_query(sql, self._conn, params=args)
+
+    def export_parquet(self, directory: str | Path) -> dict[str, Path]:
+        """Write <directory>/<table>.parquet for every table; returns {table: path}."""
+        d = Path(directory).expanduser()
+        d.mkdir(parents=True, exist_ok=True)
+        out = {}
+        for table in TABLES:
+            out[table] = d / f"{table}.parquet"
+            self.frame(table).to_parquet(out[table], index=False)
+        return out
