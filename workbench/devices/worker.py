@@ -27,6 +27,10 @@ def _child_main(conn, env: dict[str, str]) -> None:
     # A candidate that prints a lot must not block on a full pipe to a parent that is not reading stdout.
     from . import sandbox  # noqa: F401  (imports torch/triton with the environment set above)
 
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from . import interpreter_fixes
+
+        interpreter_fixes.apply()
     sandbox.snapshot_sensitive()
     conn.send(("ready", sandbox.describe_environment()))
     while True:

@@ -27,7 +27,7 @@ FuncDef = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _flag(check: str, severity: str, node: Any, reason: str) -> dict[str, Any]:
-    return {"check": check, "severity": severity, "line": getattr(node, "lineno", 0) or 0, "reason": reason}
+    return {"check": check, "severity": severity, "line": getattr(node, "lineno", 1) or 1, "reason": reason}
 
 
 def _matches(name: str | None, prefixes: tuple[str, ...] | set[str]) -> bool:
@@ -81,8 +81,9 @@ class Source:
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and node.args:
                 node = node.args[0]
-            elif isinstance(node, ast.Name):
-                return self.alias.get(node.id, node.id).split(".")[0]
+            elif isinstance(node, ast.Name):  # a local variable that happens to be called `gc` is not the module
+                return self.alias[node.id].split(".")[0] if node.id in self.alias else \
+                    "__builtins__" if node.id == "__builtins__" else None
             else:
                 return None
 
@@ -90,18 +91,22 @@ class Source:
         return [(n, self.dotted(n.func)) for n in self.nodes if isinstance(n, ast.Call)]
 
     def names(self) -> list[tuple[ast.AST, str]]:
-        """Every dotted name used (outermost Attribute/Name chains and the pieces inside them), plus imports."""
+        """Every dotted name hanging off an imported name (each Attribute/Name of a chain), plus the imports."""
         out: list[tuple[ast.AST, str]] = []
         for n in self.nodes:
-            if isinstance(n, (ast.Name, ast.Attribute)):
-                d = self.dotted(n)
-                if d:
-                    out.append((n, d))
+            if isinstance(n, (ast.Name, ast.Attribute)) and self._base(n) in self.alias:
+                out.append((n, self.dotted(n)))
             elif isinstance(n, ast.Import):
                 out += [(n, a.name) for a in n.names]
             elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
                 out += [(n, n.module)] + [(n, f"{n.module}.{a.name}") for a in n.names]
         return out
+
+    @staticmethod
+    def _base(node: ast.AST) -> str | None:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
 
     def _is_wrapper(self, node: ast.AST) -> bool:
         while isinstance(node, ast.Call):
@@ -174,7 +179,7 @@ class Source:
 def check_model(src: Source) -> list[dict]:
     flags = []
     if src.model_new is None:
-        flags.append(_flag("no_model_new", ERROR, src.tree.body[0] if src.tree.body else None,
+        flags.append(_flag("no_model_new", ERROR, None,
                            "no class ModelNew: a candidate must define class ModelNew(torch.nn.Module)"))
     if not src.kernels and not src.uses_load_inline():
         flags.append(_flag("no_kernel", WARNING, src.model_new,
@@ -220,8 +225,7 @@ def check_fallback(src: Source) -> list[dict]:
 
 STREAM_NAMES = ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.streams", "torch.cuda.ExternalStream",
                 "torch.cuda.set_stream", "torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.graphs",
-                "torch.cuda.make_graphed_callables", "torch.Stream", "torch.accelerator.set_stream",
-                "torch.cuda.set_per_process_memory_fraction")
+                "torch.cuda.make_graphed_callables", "torch.Stream", "torch.accelerator.set_stream")
 
 
 def check_streams(src: Source) -> list[dict]:
@@ -268,13 +272,12 @@ def check_patching(src: Source) -> list[dict]:
                     flags.append(bad(n, ast.unparse(x)))
     for call, d in src.calls():
         f = call.func
-        if (d in ("setattr", "delattr") or isinstance(f, ast.Attribute) and f.attr in ("__setattr__", "__delattr__")) \
-                and call.args and src.root(call.args[0] if d in ("setattr", "delattr") else f.value) in PATCH_ROOTS:
-            flags.append(bad(call, ast.unparse(call.args[0])))
-        elif isinstance(f, ast.Attribute) and f.attr in ("__setattr__", "__delattr__") and call.args \
-                and src.root(call.args[0]) in PATCH_ROOTS:
-            flags.append(bad(call, ast.unparse(call.args[0])))
-        elif _matches(d, STATE_CALLS) or (_matches(d, ("torch.backends",)) and not d.split(".")[-1].startswith("is_")) \
+        if d in ("setattr", "delattr") and call.args and src.root(call.args[0]) in PATCH_ROOTS:
+            flags.append(bad(call, f"{d}({ast.unparse(call.args[0])}, ...)"))
+        elif isinstance(f, ast.Attribute) and f.attr in ("__setattr__", "__delattr__") and (
+                src.root(f.value) in PATCH_ROOTS or call.args and src.root(call.args[0]) in PATCH_ROOTS):
+            flags.append(bad(call, ast.unparse(f)))
+        elif _matches(d, STATE_CALLS) or _matches(d, ("torch.backends",)) and not d.split(".")[-1].startswith("is_") \
                 or (d or "").startswith("torch._C._set"):
             flags.append(bad(call, d))
     flags += [bad(n, d) for n, d in src.names() if isinstance(n, (ast.Import, ast.ImportFrom))
@@ -308,17 +311,17 @@ def _identity(node: ast.AST, tainted: set[str]) -> bool:
     return False
 
 
+CONTAINER_TYPES = ("dict", "set", "list", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary")
+
+
 def _containers(src: Source) -> set[str]:
     """Names and `self.attr`s bound to an empty dict/set/list: the places a cache would live."""
     out = set()
     for n in src.nodes:
-        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and (
-                isinstance(n.value, (ast.Dict, ast.Set, ast.List)) and not getattr(n.value, "keys", n.value.elts if
-                                                                                   hasattr(n.value, "elts") else 1)
-                or isinstance(n.value, ast.Call) and (src.dotted(n.value.func) or "").split(".")[-1] in
-                ("dict", "set", "list", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary")):
-            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                out.add(ast.unparse(t))
+        v = n.value if isinstance(n, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(v, ast.Dict) and not v.keys or isinstance(v, (ast.List, ast.Set)) and not v.elts \
+                or isinstance(v, ast.Call) and (src.dotted(v.func) or "").split(".")[-1] in CONTAINER_TYPES:
+            out.update(ast.unparse(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
     return out
 
 
@@ -346,8 +349,8 @@ def check_identity_cache(src: Source) -> list[dict]:
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in KEY_METHODS and n.args:
             hit = _identity(n.args[0], tainted) or (ast.unparse(n.func.value) in containers
                                                     and _identity(n.args[0], tainted | fwd_params))
-        elif isinstance(n, ast.Assign):
-            hit = _identity(n.value, set()) and any(isinstance(t, ast.Attribute) for t in n.targets)
+        elif isinstance(n, ast.Assign):  # `self._last_ptr = x.data_ptr()`
+            hit = _identity(n.value, tainted) and any(isinstance(t, ast.Attribute) for t in n.targets)
         elif isinstance(n, ast.Attribute) and n.attr in ("WeakKeyDictionary", "WeakValueDictionary"):
             hit = True
         if hit:
@@ -409,7 +412,7 @@ def check_reference(src: Source) -> list[dict]:
         return _flag("reference", ERROR, n, f"reads the reference / caller state ({what})")
     defined = set(src.classes) | set(src.funcs) | {t.id for n in src.nodes if isinstance(n, ast.Assign)
                                                     for t in n.targets if isinstance(t, ast.Name)}
-    local_import = {v for k, v in src.alias.items()}
+    local_import = set(src.alias.values())
     flags = []
     for n in src.nodes:
         if isinstance(n, (ast.Import, ast.ImportFrom)):
@@ -426,15 +429,12 @@ def check_reference(src: Source) -> list[dict]:
             flags.append(bad(n, f"reads {ast.unparse(n)}"))
         elif isinstance(n, ast.Call):
             d = src.dotted(n.func)
-            if _matches(d, REF_NAMES):
-                flags.append(bad(n, d))
-            elif d == "vars" and n.args and src.dotted(n.args[0]) in local_import:
+            if d == "vars" and n.args and src.dotted(n.args[0]) in local_import:
                 flags.append(bad(n, f"vars() of module {ast.unparse(n.args[0])}"))
             elif d in ("__import__", "builtins.__import__") and n.args and isinstance(n.args[0], ast.Constant) \
                     and n.args[0].value == "__main__":
                 flags.append(bad(n, "imports __main__"))
-    flags += [bad(n, d) for n, d in src.names() if _matches(d, REF_NAMES) and not isinstance(n.__class__, ast.Call)
-              and not isinstance(src.parent.get(n), ast.Call)]
+    flags += [bad(n, d) for n, d in src.names() if _matches(d, REF_NAMES)]
     bases = [src.dotted(b) for b in (src.model_new.bases if src.model_new else [])]
     if any(b not in NN_MODULE and b not in src.classes for b in bases):
         for n in ast.walk(src.model_new):
@@ -450,6 +450,7 @@ FILE_WRITES = ("os.remove", "os.unlink", "os.rename", "os.replace", "os.makedirs
                "os.removedirs", "os.truncate", "os.chmod", "os.link", "os.symlink", "shutil", "tempfile",
                "torch.save", "numpy.save", "numpy.savez", "os.putenv", "os.unsetenv")
 FILE_READS = ("torch.load", "numpy.load", "numpy.fromfile", "pickle.load")
+ENV_WRITES = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
 
 
 def check_side_effects(src: Source) -> list[dict]:
@@ -459,19 +460,20 @@ def check_side_effects(src: Source) -> list[dict]:
     flags = [bad(n, d) for n, d in src.names() if _matches(d, NETWORK)]
     for call, d in src.calls():
         attr = call.func.attr if isinstance(call.func, ast.Attribute) else ""
-        if d in ("open", "io.open", "builtins.open", "codecs.open") or attr == "open" and d != "os.open":
-            mode = call.args[1] if len(call.args) > 1 and d != "" else next(
-                (k.value for k in call.keywords if k.arg == "mode"), None)
-            if attr == "open" and d not in ("io.open", "codecs.open", "builtins.open"):
-                mode = call.args[0] if call.args else mode
+        kw = {k.arg: k.value for k in call.keywords}
+        mode: Any = "none"
+        if d in ("open", "io.open", "builtins.open", "codecs.open"):
+            mode = call.args[1] if len(call.args) > 1 else kw.get("mode")
+        elif attr == "open" and d != "os.open":  # Path(...).open(mode)
+            mode = call.args[0] if call.args else kw.get("mode")
+        if mode != "none":
             writes = mode is not None and (not isinstance(mode, ast.Constant) or set(str(mode.value)) & set("wax+"))
             flags.append(bad(call, "opens a file for writing") if writes else bad(call, "reads a file", WARNING))
         elif d == "os.open" or _matches(d, FILE_WRITES) or attr in ("write_text", "write_bytes", "touch", "unlink"):
             flags.append(bad(call, d or attr))
         elif _matches(d, FILE_READS) or attr in ("read_text", "read_bytes"):
             flags.append(bad(call, d or attr, WARNING))
-        elif _matches(src.dotted(call.func.value) if attr else None, ("os.environ",)) and attr in (
-                "update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"):
+        elif attr in ENV_WRITES and src.dotted(call.func.value) == "os.environ":
             flags.append(bad(call, f"os.environ.{attr}"))
     for n in src.nodes:
         targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target] if isinstance(
@@ -508,15 +510,17 @@ def check_precision(src: Source, fp32_strict: bool = True) -> list[dict]:
     return flags
 
 
-DYNAMIC = ("exec", "eval", "compile", "__import__", "builtins.exec", "builtins.eval", "builtins.compile",
-           "builtins.__import__", "importlib", "ctypes", "cffi", "marshal", "types.CodeType", "types.FunctionType")
+DYNAMIC_CALLS = ("exec", "eval", "compile", "__import__", "builtins.exec", "builtins.eval", "builtins.compile",
+                 "builtins.__import__")
+DYNAMIC_MODULES = ("importlib", "ctypes", "cffi", "marshal", "types.CodeType", "types.FunctionType")
 
 
 def check_dynamic(src: Source) -> list[dict]:
     flags = [_flag("dynamic", ERROR, c, f"dynamic code or raw memory access ({d})")
-             for c, d in src.calls() if d in DYNAMIC[:8]]
+             for c, d in src.calls() if d in DYNAMIC_CALLS and not (isinstance(c.func, ast.Name) and (
+                 c.func.id in src.funcs or c.func.id in src.alias))]  # a local def or import named `compile` is not it
     flags += [_flag("dynamic", ERROR, n, f"dynamic code or raw memory access ({d})") for n, d in src.names()
-              if _matches(d, DYNAMIC[8:])]
+              if _matches(d, DYNAMIC_MODULES)]
     return flags
 
 

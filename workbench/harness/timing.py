@@ -88,8 +88,11 @@ def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 9
     ref_outs = [run_model(pair.reference, s, dev) for s in sets]
     timing_args = (dev, cfg["warmup"], cfg["reps"], cfg["target_s"], cfg["min_reps"])
 
+    t0 = sandbox.perf_counter()
     eager_t, _, _ = time_model(pair.reference, sets, *timing_args)
+    t1 = sandbox.perf_counter()
     cand_t, cand_last, last_set = time_model(pair.candidate, sets, *timing_args)
+    t2 = sandbox.perf_counter()
 
     # The timed output must still be right: a candidate may not change behaviour once it is timed.
     dtypes = [t.dtype for t in tensors(sets[last_set]) if t.is_floating_point()]
@@ -106,7 +109,8 @@ def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 9
     cand, eager = stats(cand_t), stats(eager_t)
     data: dict[str, Any] = {"candidate": cand, "eager": eager, "candidate_ms": cand["median_ms"],
                             "eager_ms": eager["median_ms"], "speedup_vs_eager": eager["median_ms"] / cand["median_ms"],
-                            "method": METHOD, "reps": cand["n"], "spread": cand["spread"], "input_sets": len(sets)}
+                            "method": METHOD, "reps": cand["n"], "spread": cand["spread"], "input_sets": len(sets),
+                            "eager_wall_s": t1 - t0, "candidate_wall_s": t2 - t1}
     if cfg["compile_ref"]:
         data.update(_time_compiled(pair, sets, timing_args, cand["median_ms"]))
     flags = []
