@@ -108,7 +108,8 @@ def cmd_eval(args) -> int:
     if args.json:
         print(ev.to_json())
         return 0
-    print(f"{problem.name} / {Path(args.candidate).name} on {ev.device}: {'OK' if ev.ok else 'REJECTED'}")
+    verdict = f"OK up to {ev.fidelity}" if ev.ok else f"REJECTED at {ev.stages[-1].name}"
+    print(f"{problem.name} / {Path(args.candidate).name} on {ev.device}: {verdict}")
     for s in ev.stages:
         print(f"  {s.name:13s} {s.verdict:12s} {s.cost_s:7.2f}s  {s.reason}")
         for f in s.flags:

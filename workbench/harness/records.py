@@ -52,8 +52,9 @@ class Evaluation:
 
     @property
     def ok(self) -> bool:
-        """True when every stage that ran passed."""
-        return bool(self.stages) and all(s.ok for s in self.stages)
+        """True when no stage failed (a stage refused or inconclusive is not a failure; `fidelity` says how far the
+        candidate got)."""
+        return bool(self.stages) and any(s.ok for s in self.stages) and not any(s.verdict == FAIL for s in self.stages)
 
     @property
     def fidelity(self) -> str:

@@ -1,0 +1,47 @@
+# cheat: fp32 matmul computed with both operands rounded to bf16 inside the kernel before tl.dot; returns fp32
+# problem: matmul_fp32
+# set: M=64 N=64 K=64
+# caught-by: correctness
+# reason: output mismatch
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+# Measured under TRITON_INTERPRET=1 at M=N=K=64: RELERR_PLACEHOLDER
+
+
+@triton.jit
+def matmul_bf16_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr,
+                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(axis=0)
+    pid_n = tl.program_id(axis=1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_mask = (k0 + offs_k) < K
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & k_mask[None, :], other=0.0)
+        b = tl.load(b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=k_mask[:, None] & (offs_n[None, :] < N), other=0.0)
+        # bf16 tensor cores are much faster than fp32 FMAs: round the operands, keep an fp32 accumulator
+        acc += tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        M, K = A.shape
+        _, N = B.shape
+        C = torch.empty((M, N), device=A.device, dtype=torch.float32)
+        grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+        matmul_bf16_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+                                 C.stride(0), C.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return C
