@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def gpu():
-    dev = LocalDevice("cuda")
+    dev = LocalDevice("cuda", timeouts={"correctness": 60, "quick_timing": 60})  # the hanging cheat waits this long
     yield dev
     dev.close()
 
