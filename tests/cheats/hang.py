@@ -1,7 +1,7 @@
 # cheat: forward spins forever before doing any work (while True: pass)
 # problem: scale_shift_relu
 # set: batch_size=16 dim=1024
-# caught-by: correctness
+# caught-by: compile
 # reason: timed out
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-# cheat: fp32 matmul computed with both operands rounded to bf16 inside the kernel before tl.dot; returns fp32
+# cheat: fp32 matmul whose operands are rounded to bf16 on the torch side (half the bytes to read), then multiplied in a Triton kernel; returns fp32
 # problem: matmul_fp32
 # set: M=64 N=64 K=64
 # caught-by: correctness
@@ -8,13 +8,17 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-# Measured under TRITON_INTERPRET=1 at M=N=K=64: RELERR_PLACEHOLDER
+# Measured under TRITON_INTERPRET=1 at M=N=K=64 on randn inputs, 10 seeds: ||C - A@B|| / ||A@B|| = 2.3e-3 .. 2.5e-3
+# (fp32 with ieee products is ~2e-7; torch.allclose(atol=1e-4) is False).
+# (The operands are upcast to fp32 in registers before tl.dot: the Triton interpreter's tl.dot multiplies bf16 operands
+# as their raw 16-bit integer patterns, so a bf16 tl.dot cannot be checked on the CPU. On a GPU the numbers are the
+# same as a bf16 tensor-core dot with fp32 accumulation: bf16 x bf16 products are exact in fp32.)
 
 
 @triton.jit
-def matmul_bf16_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr,
-                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def matmul_bf16_operands_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr,
+                                stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(axis=0)
     pid_n = tl.program_id(axis=1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -27,8 +31,7 @@ def matmul_bf16_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr,
                     mask=(offs_m[:, None] < M) & k_mask[None, :], other=0.0)
         b = tl.load(b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
                     mask=k_mask[:, None] & (offs_n[None, :] < N), other=0.0)
-        # bf16 tensor cores are much faster than fp32 FMAs: round the operands, keep an fp32 accumulator
-        acc += tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
@@ -38,10 +41,13 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        M, K = A.shape
-        _, N = B.shape
+        # bf16 operands: half the memory traffic of fp32 (and "close enough" on random data)
+        A16 = A.to(torch.bfloat16)
+        B16 = B.to(torch.bfloat16)
+        M, K = A16.shape
+        _, N = B16.shape
         C = torch.empty((M, N), device=A.device, dtype=torch.float32)
         grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
-        matmul_bf16_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                                 C.stride(0), C.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        matmul_bf16_operands_kernel[grid](A16, B16, C, M, N, K, A16.stride(0), A16.stride(1), B16.stride(0),
+                                          B16.stride(1), C.stride(0), C.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
         return C
