@@ -14,8 +14,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K: tl.constexpr,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # One program per BLOCK_M x BLOCK_N tile of C; masks cover M, N and K that are not multiples of the blocks.
-    # K is a constexpr (one compile per K): the loop bound is then a plain int, which the Triton interpreter with
-    # numpy 2.x needs (a runtime-tensor range() bound fails there with "only 0-dimensional arrays ...").
+    # K is a constexpr (one compile per K): the loop bound is then a plain int. Triton 3.6's interpreter turns a
+    # runtime range() bound into an int via a 1-element array, which numpy >= 2.4 refuses.
     pid_m = tl.program_id(axis=0)
     pid_n = tl.program_id(axis=1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

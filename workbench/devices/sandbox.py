@@ -63,6 +63,19 @@ def tampered() -> list[str]:
     return changed
 
 
+def run_harness_code(fn):
+    """Run harness code that legitimately patches torch (torch.compile wraps torch.manual_seed, for one) and accept
+    its changes, after first checking that nothing before it tampered. Returns (tampered names, fn's result)."""
+    before = tampered()
+    if before:
+        return before, None
+    try:
+        result = fn()
+    finally:
+        snapshot_sensitive()
+    return [], result
+
+
 def describe_environment() -> dict[str, Any]:
     import triton
 

@@ -44,6 +44,11 @@ def _targets(n: ast.AST) -> list[ast.expr]:
     return [x for t in ts for x in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
 
 
+def _const_getattr(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+        and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+
+
 def _base(node: ast.AST) -> str | None:
     while isinstance(node, ast.Attribute):
         node = node.value
@@ -88,6 +93,9 @@ class Source:
         if isinstance(node, ast.Attribute):
             base = self.dotted(node.value)
             return f"{base}.{node.attr}" if base else None
+        if _const_getattr(node):  # getattr(torch.cuda, "Stream") reads as torch.cuda.Stream
+            base = self.dotted(node.args[0])
+            return f"{base}.{node.args[1].value}" if base else None
         return None
 
     def root(self, node: ast.AST) -> str | None:
@@ -112,7 +120,8 @@ class Source:
         """Every dotted name hanging off an imported name (each Attribute/Name of a chain), plus the imports."""
         out: list[tuple[ast.AST, str]] = []
         for n in self.nodes:
-            if isinstance(n, (ast.Name, ast.Attribute)) and _base(n) in self.alias:
+            if isinstance(n, (ast.Name, ast.Attribute)) and _base(n) in self.alias or _const_getattr(n) \
+                    and _base(n.args[0]) in self.alias:
                 out.append((n, self.dotted(n)))
             elif isinstance(n, ast.Import):
                 out += [(n, a.name) for a in n.names]
@@ -358,7 +367,8 @@ def check_identity_cache(src: Source) -> list[dict]:
         elif isinstance(n, (ast.Dict, ast.Set)):
             hit = any(k is not None and _identity(k, tainted) for k in (n.keys if isinstance(n, ast.Dict) else n.elts))
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in KEY_METHODS and n.args:
-            hit = _identity(n.args[0], tainted) or ast.unparse(n.func.value) in containers and _identity(n.args[0], keys)
+            hit = _identity(n.args[0], tainted) or ast.unparse(n.func.value) in containers \
+                and _identity(n.args[0], keys)
         elif isinstance(n, ast.Assign):  # `self._last_ptr = x.data_ptr()`
             hit = _identity(n.value, tainted) and any(isinstance(t, ast.Attribute) for t in n.targets)
         else:
