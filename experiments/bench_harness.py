@@ -124,13 +124,16 @@ def main() -> None:
     ap.add_argument("--compile-workers", type=int, default=8)
     args = ap.parse_args()
     dev = LocalDevice("cuda")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"device": dev.provenance()}
     try:
-        report = {"device": dev.provenance(), "full_timing": bench_full_timing(dev),
-                  "throughput_quick": bench_throughput(dev, args.variants, args.compile_workers)}
+        report["full_timing"] = bench_full_timing(dev)
+        out.write_text(json.dumps(report, indent=2, default=str) + "\n")  # keep the first part if the second fails
+        report["throughput_quick"] = bench_throughput(dev, args.variants, args.compile_workers)
+        out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     finally:
         dev.close()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(json.dumps(report, indent=2, default=str))
 
 

@@ -15,6 +15,7 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import traceback
 from typing import Any
@@ -69,6 +70,7 @@ class Worker:
         self.conn: Any = None
         self.info: dict[str, Any] = {}
         self.restarts = 0
+        self._lock = threading.Lock()  # one task at a time per child: the pipe carries one conversation
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.is_alive()
@@ -114,6 +116,10 @@ class Worker:
     def call(self, func_path: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
         """Run func_path(**kwargs) in the child. Result dict gets `_wall_s`, `_start_s`, and on failure
         `crashed`/`timed_out` with `stage` (the stage running when it happened)."""
+        with self._lock:
+            return self._call(func_path, timeout, **kwargs)
+
+    def _call(self, func_path: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
         try:
             start_s = self.start()
         except RuntimeError as e:
