@@ -28,8 +28,6 @@ def _get_pair(problem: Problem, cand_path: str, device: torch.device):
     if key not in _pair_cache:
         _pair_cache.clear()
         sandbox.drop_modules()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
         _pair_cache[key] = build_pair(problem, cand_path, device)
     return _pair_cache[key]
 

@@ -110,6 +110,8 @@ def same_inputs(before: list[Any], after: list[Any]) -> list[int]:
             continue
         if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
             changed.append(i)
+        elif torch.equal(a, b):
+            continue
         elif a.is_floating_point() or a.is_complex():
             na, nb = torch.isnan(a), torch.isnan(b)
             if not torch.equal(na, nb) or not torch.equal(a[~na], b[~nb]):
