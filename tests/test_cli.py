@@ -1,0 +1,80 @@
+"""The command line, as a researcher calls it (a subprocess, the installed console script's module)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.devices import cuda_gpu_count
+from workbench.examples import EXAMPLES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wb(*args, timeout=180):
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_problems_list_and_show():
+    r = wb("problems", "list")
+    assert r.returncode == 0 and "matmul_bf16" in r.stdout and "softmax_rows" in r.stdout
+    r = wb("problems", "show", "matmul_fp32", "--set", "M=256", "--set", "N=128", "--set", "K=64", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["flops"] == 2 * 256 * 128 * 64
+    assert info["inputs"][0]["shape"] == [256, 64] and info["outputs"][0]["shape"] == [256, 128]
+    assert info["min_bytes"] == 4 * (256 * 64 + 64 * 128 + 256 * 128)
+    # the committed H200 ceilings give a floor for that device
+    h200 = info["floors"].get("NVIDIA H200")
+    assert h200 is not None and h200["floor_ms"] > 0 and h200["bound"] in ("memory", "compute")
+    r = wb("problems", "show", "scale_shift_relu")
+    assert r.returncode == 0 and "floor on NVIDIA H200" in r.stdout and "memory-bound" in r.stdout
+
+
+def test_eval_json_on_cpu(tmp_path):
+    ex = EXAMPLES[1]
+    args = ["eval", ex.problem, str(ex.path), "--device", "cpu", "--json", "--store", str(tmp_path / "s.sqlite")]
+    for o in ex.cpu_overrides:
+        args += ["--set", o]
+    r = wb(*args)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] is True and out["fidelity"] == "correctness"
+    assert [s["name"] for s in out["stages"]] == ["static", "compile", "correctness", "quick_timing"]
+    assert all({"name", "ok", "reason"} <= set(s) for s in out["stages"])
+    assert out["stages"][-1]["verdict"] == "refused"
+    # a second call is answered from the store, not re-run
+    again = json.loads(wb(*args).stdout)
+    assert again["provenance"].get("from_store") is True
+
+
+def test_eval_rejected_candidate_exits_zero(tmp_path):
+    cheat = ROOT / "tests" / "cheats" / "side_stream.py"
+    r = wb("eval", "scale_shift_relu", str(cheat), "--device", "cpu", "--json", "--no-store",
+           "--set", "batch_size=4", "--set", "dim=64")
+    assert r.returncode == 0
+    out = json.loads(r.stdout)
+    assert out["ok"] is False and out["stages"][-1]["name"] == "static" and "stream" in out["stages"][-1]["reason"]
+
+
+def test_bad_inputs_exit_2_with_a_reason(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\ndef get_inputs():\n    return []\n")
+    r = wb("problems", "show", str(bad))
+    assert r.returncode == 2 and "missing Model" in r.stderr and "get_init_inputs" in r.stderr
+    r = wb("problems", "show", "no_such_problem")
+    assert r.returncode == 2 and "built-ins" in r.stderr
+    r = wb("problems", "show", "matmul_fp32", "--set", "Q=3")
+    assert r.returncode == 2 and "not a module-level constant" in r.stderr
+    r = wb("eval", "matmul_fp32", str(tmp_path / "missing.py"), "--device", "cpu")
+    assert r.returncode == 2 and "cannot read candidate" in r.stderr
+
+
+@pytest.mark.skipif(cuda_gpu_count() > 0, reason="checks the message on a machine without a GPU")
+def test_cuda_requested_without_gpu():
+    r = wb("eval", "matmul_fp32", str(EXAMPLES[0].path), "--device", "cuda")
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr

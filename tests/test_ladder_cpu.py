@@ -1,0 +1,187 @@
+"""The ladder on the CPU device: the planted-cheat suite, honest candidates, crashes and hangs, refusals, budget and
+promotion, and the store's reuse of finished evaluations."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cheat_headers import candidate_files, cheat_files, read_header
+from workbench.candidate import Candidate
+from workbench.devices.local import LocalDevice
+from workbench.examples import EXAMPLES
+from workbench.harness.budget import Budget
+from workbench.harness.ladder import Ladder, PromotionPolicy
+from workbench.harness.records import FAIL, PASS, REFUSED, StageRecord
+from workbench.problems import Problem
+from workbench.store import Store
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    dev = LocalDevice("cpu", timeouts={"compile": 10, "correctness": 10})
+    yield dev
+    dev.close()
+
+
+@pytest.mark.parametrize("path", cheat_files(), ids=lambda p: p.stem)
+def test_cheat_rejected_for_the_right_reason(cpu, path):
+    h = read_header(path)
+    ev = Ladder(cpu).evaluate(Problem.load(h["problem"], h["set"]), Candidate.from_file(path), up_to="correctness")
+    last = ev.stages[-1]
+    assert not ev.ok and last.verdict == FAIL
+    assert last.name == h["caught_by"], (last.name, last.reason)
+    assert h["reason"] in last.reason.lower(), last.reason
+
+
+@pytest.mark.parametrize("path", candidate_files(), ids=lambda p: p.stem)
+def test_honest_candidate_passes_and_timing_is_refused(cpu, path):
+    h = read_header(path)
+    ev = Ladder(cpu).evaluate(Problem.load(h["problem"], h["set"]), Candidate.from_file(path))
+    names = [s.name for s in ev.stages]
+    assert names == ["static", "compile", "correctness", "quick_timing"], [(s.name, s.reason) for s in ev.stages]
+    assert all(s.ok for s in ev.stages[:3])
+    assert ev.stages[-1].verdict == REFUSED and "not a gpu time" in ev.stages[-1].reason.lower()
+    assert ev.ok and ev.fidelity == "correctness"
+    summary = ev.summary()
+    assert "candidate_ms" not in summary and "speedup_vs_eager" not in summary  # nothing invented
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=lambda e: e.problem)
+def test_shipped_examples_are_correct_at_small_shapes(cpu, ex):
+    ev = Ladder(cpu).evaluate(Problem.load(ex.problem, list(ex.cpu_overrides)), Candidate.from_file(ex.path),
+                              up_to="correctness")
+    assert ev.ok and ev.fidelity == "correctness", [(s.name, s.reason) for s in ev.stages]
+
+
+def _runtime_case(tmp_path, body: str) -> str:
+    src = f'''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, scale, shift):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+{body}
+'''
+    p = tmp_path / "case.py"
+    p.write_text(src)
+    return str(p)
+
+
+def test_device_worker_recovers_from_crash_and_hang(cpu, tmp_path):
+    """Past the compile stage (which runs forward on meta tensors), a candidate that dies or spins on real data is
+    recorded as failed and the next candidate runs on a fresh worker."""
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    crash = _runtime_case(tmp_path, "        if x.device.type != 'meta':\n            import os\n            os.abort()\n"
+                                    "        return x")
+    recs = cpu.run_stages(problem, crash, ["correctness"])
+    assert recs[-1].verdict == FAIL and "crashed" in recs[-1].reason and "SIGABRT" in recs[-1].reason
+    hang = _runtime_case(tmp_path, "        while x.device.type != 'meta':\n            pass\n        return x")
+    recs = cpu.run_stages(problem, hang, ["correctness"])
+    assert recs[-1].verdict == FAIL and "timed out" in recs[-1].reason
+    good = Candidate.from_file(EXAMPLES[0].path).write()
+    recs = cpu.run_stages(problem, good, ["correctness"])
+    assert recs[-1].ok, recs[-1].reason
+
+
+def test_tampering_at_runtime_is_caught(cpu, tmp_path):
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    sneaky = _runtime_case(tmp_path, "        import time as t\n        setattr(t, 'perf_counter', lambda: 0.0)\n"
+                                     "        out = torch.empty_like(x)\n"
+                                     "        return torch.relu(x * 1.5 + 0.25)")
+    recs = cpu.run_stages(problem, sneaky, ["correctness"])
+    assert recs[-1].verdict == FAIL and "tampering" in recs[-1].reason and "perf_counter" in recs[-1].reason
+    recs = cpu.run_stages(problem, Candidate.from_file(EXAMPLES[0].path).write(), ["correctness"])
+    assert recs[-1].ok  # a fresh worker, unpatched
+
+
+def test_malformed_candidate(cpu, tmp_path):
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    p = tmp_path / "nomodel.py"
+    p.write_text("import torch\n\nclass Other(torch.nn.Module):\n    pass\n")
+    ev = Ladder(cpu).evaluate(problem, Candidate.from_file(p))
+    assert ev.stages[-1].name == "static" and ev.stages[-1].verdict == FAIL and "ModelNew" in ev.stages[-1].reason
+    recs = cpu.run_stages(problem, str(p), ["correctness"])
+    assert recs[-1].verdict == FAIL and "ModelNew" in recs[-1].reason
+
+
+# ---- ladder policy with a scripted device: budget, promotion, store reuse ----
+
+@dataclasses.dataclass
+class ScriptedDevice:
+    """A device whose stage results are given by the test (the ladder's logic, not a device, is under test)."""
+    quick_ms: list
+    kind: str = "cuda"
+    name: str = "cuda:scripted"
+    gpu_name: str = None
+    calls: list = dataclasses.field(default_factory=list)
+
+    def provenance(self):
+        return {"device": self.name, "harness_version": "1"}
+
+    def compile(self, problem, path):
+        return StageRecord("compile", PASS, "ok")
+
+    def run_stages(self, problem, path, stages, options=None):
+        self.calls.append(tuple(stages))
+        out = []
+        for s in stages:
+            data = {}
+            if s in ("quick_timing", "full_timing"):
+                ms = self.quick_ms.pop(0) if s == "quick_timing" else 1.0
+                data = {"candidate_ms": ms, "speedup_vs_eager": 2.0 / ms, "method": "scripted", "reps": 5,
+                        "spread": 0.01}
+            out.append(StageRecord(s, PASS, "ok", cost_s=1.0, gpu_s=1.0, data=data))
+        return out
+
+
+def _cands(n):
+    return [Candidate(f"# {i}\nimport triton\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+            for i in range(n)]
+
+
+def test_promotion_only_for_competitive_quick_times():
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    dev = ScriptedDevice(quick_ms=[1.0, 1.5, 0.9])
+    ladder = Ladder(dev, policy=PromotionPolicy(full_within=0.2))
+    a, b, c = (ladder.evaluate(problem, x) for x in _cands(3))
+    assert a.stage("full_timing") is not None  # first one: nothing to compare with
+    assert b.stage("full_timing") is None and "over" in b.provenance["promotion"]
+    assert c.stage("full_timing") is not None
+    assert ladder.budget.spent["full_timing"] == 2.0 and ladder.budget.evaluations["quick_timing"] == 3
+
+
+def test_budget_refuses_gpu_stages_once_spent():
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    dev = ScriptedDevice(quick_ms=[1.0] * 10)
+    ladder = Ladder(dev, budget=Budget(gpu_seconds=3.0))
+    first = ladder.evaluate(problem, _cands(1)[0])  # correctness + quick + full = 3 GPU-s
+    assert ladder.budget.gpu_spent == 3.0 and first.stage("full_timing") is not None
+    second = ladder.evaluate(problem, _cands(2)[1])
+    assert second.stages[-1].verdict == REFUSED and "budget" in second.stages[-1].reason
+    assert len(dev.calls) == 2  # no device work after the budget was spent
+    assert ladder.budget.report()["by_stage"]["correctness"]["runs"] == 1
+
+
+def test_store_answers_repeated_evaluations(tmp_path):
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    dev = ScriptedDevice(quick_ms=[1.0, 1.0])
+    store = Store(tmp_path / "s.sqlite")
+    cand = _cands(1)[0]
+    first = Ladder(dev, store=store).evaluate(problem, cand)
+    again = Ladder(dev, store=store).evaluate(problem, cand)
+    assert len(dev.calls) == 2  # correctness+quick, then full; nothing for the second request
+    assert again.provenance.get("from_store") and again.fidelity == first.fidelity == "full_timing"
+    frame = store.evaluations_frame()
+    assert len(frame) == 1 and frame["harness_version"].iloc[0] == "1"
