@@ -82,3 +82,6 @@ def test_quick_and_full_timing_agree(gpu, ex):
     # the two medians agree within the larger of their interquartile ranges (and 5 % for very tight runs)
     tol = max(q["q75_ms"] - q["q25_ms"], f["q75_ms"] - f["q25_ms"], 0.05 * f["median_ms"])
     assert abs(q["median_ms"] - f["median_ms"]) <= tol, (q, f)
+    # and the speedups, measured call by call against the interleaved reference, agree as closely
+    qs, fs = ev.stage("quick_timing").data["speedup_vs_eager"], ev.stage("full_timing").data["speedup_vs_eager"]
+    assert abs(qs - fs) / fs <= max(q["spread"], f["spread"], 0.05), (qs, fs)

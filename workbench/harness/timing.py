@@ -25,12 +25,14 @@ from .execution import Pair, make_inputs, run_model, set_precision_policy, sync,
 from .records import FAIL, PASS
 
 FIDELITY = {
-    # Timed calls are sized by time, like triton.testing.do_bench (whose default is ~100 ms of calls): at least
-    # `min_reps`, at most `reps`, about `target_s` of timed calls in all.
-    "quick_timing": dict(sets=2, warmup=2, reps=20, target_s=0.03, min_reps=5, compile_ref=False),
-    "full_timing": dict(sets=4, warmup=5, reps=500, target_s=0.1, min_reps=20, compile_ref=True),
+    # Calls are sized by time, like triton.testing.do_bench (whose default is ~100 ms of calls): a time-based warm-up
+    # (clocks reach their loaded state), then rounds of at least `min_reps`, at most `reps`, about `target_s` of timed
+    # calls per model. Quick and full differ only in how long they look and in the torch.compile reference.
+    "quick_timing": dict(sets=3, warmup_s=0.02, reps=30, target_s=0.03, min_reps=5, compile_ref=False),
+    "full_timing": dict(sets=3, warmup_s=0.05, reps=500, target_s=0.1, min_reps=20, compile_ref=True),
 }
-METHOD = "cuda events; L2 flushed before each call; device-wide sync before end event; rotated inputs; median"
+METHOD = ("cuda events; L2 flushed before each call; device-wide sync before end event; rotated inputs; reference "
+          "and candidate interleaved call by call; median")
 
 _compiled_refs: dict[str, Any] = {}  # problem key -> torch.compile'd reference, per worker process
 _flush_buffers: dict[str, torch.Tensor] = {}
@@ -46,32 +48,43 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return _flush_buffers[key]
 
 
-def time_model(model, sets: list[list[Any]], device: torch.device, warmup: int, reps: int,
-               target_s: float, min_reps: int) -> tuple[list[float], Any, int]:
-    """Times in ms of `reps` calls (fewer for slow models), the last output and the index of its input set."""
+def _timed_call(model, inputs: list[Any], flush: torch.Tensor) -> tuple[float, Any]:
+    flush.zero_()
+    start, end = sandbox.Event(enable_timing=True), sandbox.Event(enable_timing=True)
+    sandbox.event_record(start)
+    with torch.no_grad():
+        out = model(*inputs)
+    sandbox.cuda_sync()  # every stream: work hidden on a side stream is inside the window
+    sandbox.event_record(end)
+    sandbox.event_sync(end)
+    return sandbox.event_elapsed(start, end), out
+
+
+def time_interleaved(models: dict[str, Any], sets: list[list[Any]], device: torch.device, warmup_s: float,
+                     reps: int, target_s: float, min_reps: int) -> tuple[dict[str, list[float]], dict[str, Any], int]:
+    """Time several models call by call in rotating order, so clock and thermal drift fall on all of them alike.
+    Returns times in ms per model, each model's last output, and the index of the input set of the last round."""
     flush = _flush_buffer(device)
-    out = None
-    for w in range(max(warmup, 1)):
-        out = run_model(model, sets[w % len(sets)], device)
-    times: list[float] = []
-    n = reps
-    i = 0
+    names = list(models)
+    for name in names:  # warm-up: at least 2 calls and `warmup_s` of calls per model
+        t0, w = sandbox.perf_counter(), 0
+        while w < 2 or sandbox.perf_counter() - t0 < warmup_s:
+            run_model(models[name], sets[w % len(sets)], device)
+            w += 1
+    times: dict[str, list[float]] = {n: [] for n in names}
+    last: dict[str, Any] = {}
+    n, i = reps, 0
     while i < n:
         inputs = sets[i % len(sets)]
-        flush.zero_()
-        start, end = sandbox.Event(enable_timing=True), sandbox.Event(enable_timing=True)
-        sandbox.event_record(start)
-        with torch.no_grad():
-            out = model(*inputs)
-        sandbox.cuda_sync()
-        sandbox.event_record(end)
-        sandbox.event_sync(end)
-        times.append(sandbox.event_elapsed(start, end))
+        order = names[i % len(names):] + names[: i % len(names)]
+        for name in order:
+            ms, last[name] = _timed_call(models[name], inputs, flush)
+            times[name].append(ms)
         i += 1
-        if i == min_reps:  # size the run to the target time once the first few calls are known
-            per = statistics.median(times) / 1e3
+        if i == min_reps:  # size the run to the target time once the first rounds are known
+            per = max(statistics.median(t) for t in times.values()) / 1e3
             n = max(min_reps, min(reps, int(target_s / max(per, 1e-6))))
-    return times, out, (i - 1) % len(sets)
+    return times, last, (i - 1) % len(sets)
 
 
 def stats(times: list[float]) -> dict[str, float]:
@@ -89,13 +102,17 @@ def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 9
     set_precision_policy(pair.problem.policy)
     sets = [make_inputs(pair.problem, dev, seed + j) for j in range(cfg["sets"])]
     ref_outs = [run_model(pair.reference, s, dev) for s in sets]
-    timing_args = (dev, cfg["warmup"], cfg["reps"], cfg["target_s"], cfg["min_reps"])
-
+    models = {"eager": pair.reference, "candidate": pair.candidate}
+    compile_info: dict[str, Any] = {}
+    if cfg["compile_ref"]:
+        compiled, compile_info = _compiled_reference(pair, sets)
+        if compiled is not None:
+            models["compiled"] = compiled
     t0 = sandbox.perf_counter()
-    eager_t, _, _ = time_model(pair.reference, sets, *timing_args)
-    t1 = sandbox.perf_counter()
-    cand_t, cand_last, last_set = time_model(pair.candidate, sets, *timing_args)
-    t2 = sandbox.perf_counter()
+    times, last, last_set = time_interleaved(models, sets, dev, cfg["warmup_s"], cfg["reps"], cfg["target_s"],
+                                             cfg["min_reps"])
+    timed_wall = sandbox.perf_counter() - t0
+    cand_last = last["candidate"]
 
     # The timed output must still be right: a candidate may not change behaviour once it is timed.
     dtypes = [t.dtype for t in tensors(sets[last_set]) if t.is_floating_point()]
@@ -109,13 +126,15 @@ def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 9
     if len(got) != len(want):
         return {"verdict": FAIL, "reason": "output mismatch during timing: a different number of outputs", "data": {}}
 
-    cand, eager = stats(cand_t), stats(eager_t)
+    cand, eager = stats(times["candidate"]), stats(times["eager"])
     data: dict[str, Any] = {"candidate": cand, "eager": eager, "candidate_ms": cand["median_ms"],
                             "eager_ms": eager["median_ms"], "speedup_vs_eager": eager["median_ms"] / cand["median_ms"],
                             "method": METHOD, "reps": cand["n"], "spread": cand["spread"], "input_sets": len(sets),
-                            "eager_wall_s": t1 - t0, "candidate_wall_s": t2 - t1}
-    if cfg["compile_ref"]:
-        data.update(_time_compiled(pair, sets, timing_args, cand["median_ms"]))
+                            "models_timed": list(models), "timed_wall_s": timed_wall, **compile_info}
+    if "compiled" in times:
+        comp = stats(times["compiled"])
+        data.update(compiled=comp, compile_ms=comp["median_ms"],
+                    speedup_vs_compile=comp["median_ms"] / cand["median_ms"])
     flags = []
     if floor_ms is not None:
         data["floor_ms"] = floor_ms
@@ -130,22 +149,22 @@ def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 9
     return {"verdict": PASS, "reason": reason, "data": data, "flags": flags}
 
 
-def _time_compiled(pair: Pair, sets, timing_args, cand_ms: float) -> dict[str, Any]:
+def _compiled_reference(pair: Pair, sets) -> tuple[Any, dict[str, Any]]:
+    """The reference under torch.compile (compiled once per problem per worker), or None with the reason."""
     key = pair.problem.key
-    try:
-        # torch.compile wraps some torch functions (torch.manual_seed) when dynamo loads: those changes are the
-        # harness's own and accepted, after checking that the candidate changed nothing before.
-        def compile_and_warm():
-            if key not in _compiled_refs:
-                _compiled_refs[key] = torch.compile(pair.reference)
-            run_model(_compiled_refs[key], sets[0], pair.device)  # compile outside the timed calls
-            return _compiled_refs[key]
 
+    # torch.compile wraps some torch functions (torch.manual_seed) when dynamo loads: those changes are the
+    # harness's own and accepted, after checking that the candidate changed nothing before.
+    def compile_and_warm():
+        if key not in _compiled_refs:
+            _compiled_refs[key] = torch.compile(pair.reference)
+        run_model(_compiled_refs[key], sets[0], pair.device)  # compile outside the timed calls
+        return _compiled_refs[key]
+
+    try:
         tampered, compiled = sandbox.run_harness_code(compile_and_warm)
-        if tampered:
-            return {"tampered_before_compile": tampered}
-        t, _, _ = time_model(compiled, sets, *timing_args)
     except Exception as e:  # the reference failing to compile is not the candidate's fault
-        return {"compile_error": f"{type(e).__name__}: {str(e)[:300]}"}
-    s = stats(t)
-    return {"compiled": s, "compile_ms": s["median_ms"], "speedup_vs_compile": s["median_ms"] / cand_ms}
+        return None, {"compile_error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if tampered:
+        return None, {"tampered_before_compile": tampered}
+    return compiled, {}

@@ -41,8 +41,11 @@ class Problem:
                 pairs[k] = v if isinstance(v, str) else repr(v)
                 parse_override(f"{k}={pairs[k]}")
         prob = cls(str(path), tuple(sorted(pairs.items())), precision)
-        prob.module  # parse and check now, so a malformed file fails here with its reason
+        prob.module, prob.policy  # parse and check now, so a malformed file fails here with its reason
         return prob
+
+    def __reduce__(self):  # the cached module is not picklable; a worker reloads it from the file
+        return (type(self), (self.path, self.overrides, self.precision))
 
     # ---- the reference, loaded lazily (cached per instance) ----
     @functools.cached_property

@@ -1,0 +1,259 @@
+"""Tolerances: hand-computed cases for `compare` (norm and elementwise checks, NaN, inf, integers) and `resolve`."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from workbench.harness.tolerance import DEFAULTS, Tolerance, compare, precision_class, resolve
+
+FP32 = DEFAULTS["fp32"]
+
+
+def ones(n: int = 1000, dtype=torch.float32) -> torch.Tensor:
+    return torch.ones(n, dtype=dtype)
+
+
+# ---------------------------------------------------------------- defaults and classes
+
+def test_default_bounds():
+    assert DEFAULTS["fp32"] == Tolerance(norm=1e-4, rtol=1e-3, atol_rms=1e-3)
+    assert DEFAULTS["tf32"].norm == 2e-3 and DEFAULTS["bf16"].norm == 1e-2 and DEFAULTS["fp16"].norm == 1e-2
+    assert FP32.to_dict() == {"norm": 1e-4, "rtol": 1e-3, "atol_rms": 1e-3}
+
+
+@pytest.mark.parametrize("dtypes, policy, expected", [
+    ([torch.float32], "strict", "fp32"),
+    ([torch.float32], "tf32", "tf32"),
+    ([torch.float32, torch.bfloat16], "strict", "bf16"),  # any bf16 makes the class bf16
+    ([torch.bfloat16, torch.float32], "tf32", "bf16"),
+    ([torch.float16, torch.float32], "strict", "fp16"),
+    ([torch.float16, torch.bfloat16], "strict", "bf16"),  # bf16 is the looser of the two
+    ([torch.float64], "strict", "fp64"),
+    ([torch.float64, torch.float64], "tf32", "fp64"),
+    ([torch.float64, torch.float32], "strict", "fp32"),  # fp64 only when everything is fp64
+    ([], "strict", "fp32"),
+    ([], "tf32", "tf32"),
+    (["torch.bfloat16"], "strict", "bf16"),  # dtype names work too
+])
+def test_precision_class(dtypes, policy, expected):
+    assert precision_class(dtypes, policy) == expected
+
+
+def test_resolve_tf32_loosens_fp32():
+    cls, tol = resolve([torch.float32], "tf32")
+    assert cls == "tf32" and tol == DEFAULTS["tf32"]
+    assert tol.norm == 20 * FP32.norm and tol.rtol > FP32.rtol and tol.atol_rms > FP32.atol_rms
+    # a relative error of 1e-3 (tf32-like) fails strict fp32 and passes under tf32
+    ref = ones()
+    out = ref * (1 + 1e-3)
+    assert not compare(out, ref, resolve([torch.float32], "strict")[1])[0]
+    assert compare(out, ref, tol)[0]
+
+
+def test_resolve_overrides_replace_fields():
+    cls, tol = resolve([torch.float32], "strict", {"norm": "5e-4", "atol_rms": 2, "bogus": 7})
+    assert cls == "fp32"
+    assert tol == Tolerance(norm=5e-4, rtol=FP32.rtol, atol_rms=2.0)  # unknown keys ignored, strings parsed
+    assert isinstance(tol.atol_rms, float)
+    assert DEFAULTS["fp32"] == Tolerance(norm=1e-4, rtol=1e-3, atol_rms=1e-3)  # the defaults are not mutated
+    assert resolve([torch.bfloat16], "strict", {})[1] == DEFAULTS["bf16"]
+
+
+# ---------------------------------------------------------------- the norm check
+
+def test_exact_match_passes():
+    ref = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    ok, why, facts = compare(ref.clone(), ref, FP32)
+    assert ok and why == ""
+    assert facts["rel_err"] == 0.0 and facts["max_abs_err"] == 0.0 and facts["elements_outside"] == 0
+    assert facts["ref_rms"] == pytest.approx(float(ref.pow(2).mean().sqrt()), rel=1e-5)
+
+
+def test_relative_error_just_below_norm_bound_passes():
+    ref = ones()
+    ok, why, facts = compare(ref * (1 + 0.9e-4), ref, FP32)
+    assert ok, why
+    assert facts["rel_err"] == pytest.approx(0.9e-4, rel=1e-2)
+    assert facts["elements_outside"] == 0  # 0.9e-4 is far inside 1e-3*|1| + 1e-3*rms
+
+
+def test_relative_error_just_above_norm_bound_fails():
+    ref = ones()
+    ok, why, facts = compare(ref * (1 + 1.1e-4), ref, FP32)
+    assert not ok
+    assert facts["rel_err"] == pytest.approx(1.1e-4, rel=1e-2)
+    assert why.startswith("output mismatch: relative error 0.00011 > 0.0001")
+    assert "(0 of 1000 elements outside the elementwise bound)" in why
+
+
+def test_norm_bound_scales_with_magnitude():
+    ref = ones() * 1e-5  # a tiny output: the same relative error means the same verdict
+    assert compare(ref * (1 + 0.9e-4), ref, FP32)[0]
+    assert not compare(ref * (1 + 1.1e-4), ref, FP32)[0]
+    ref = ones() * 1e5
+    assert compare(ref * (1 + 0.9e-4), ref, FP32)[0]
+    assert not compare(ref * (1 + 1.1e-4), ref, FP32)[0]
+
+
+# ---------------------------------------------------------------- the elementwise check
+
+def test_one_wrong_element_diluted_by_norm_caught_elementwise():
+    n = 1_000_000
+    ref = ones(n)
+    out = ref.clone()
+    out[123_456] = 1.05
+    # the norm dilutes it: 0.05 / sqrt(1e6) = 5e-5 < 1e-4 ...
+    ok, why, facts = compare(out, ref, FP32)
+    assert facts["rel_err"] == pytest.approx(5e-5, rel=1e-3)
+    assert facts["rel_err"] < FP32.norm
+    # ... but the elementwise bound 1e-3*1 + 1e-3*rms(1) = 2e-3 < 0.05 catches it
+    assert not ok
+    assert facts["elements_outside"] == 1
+    assert facts["max_abs_err"] == pytest.approx(0.05, rel=1e-5)
+    assert f"1 of {n} elements outside" in why
+    assert "worst: 1.05 vs 1" in why and "though the relative error" in why
+
+
+def test_elementwise_bound_edge():
+    ref = ones(10_000)
+    out = ref.clone()
+    out[7] = 1 + 1.9e-3  # inside 2e-3
+    assert compare(out, ref, FP32)[0]
+    out[7] = 1 + 2.1e-3  # outside
+    ok, why, facts = compare(out, ref, FP32)
+    assert not ok and facts["elements_outside"] == 1 and "elements outside" in why
+
+
+def test_degenerate_small_output_accepted_by_loose_allclose_rejected_here():
+    # softmax over a long row: every value is ~1/16384 = 6e-5, so atol=1e-4 swamps it
+    x = 0.1 * torch.randn(8, 16384, generator=torch.Generator().manual_seed(1))
+    ref = torch.softmax(x, dim=-1)
+    assert float(ref.max()) < 1e-4
+    uniform = torch.full_like(ref, 1.0 / ref.shape[-1])  # ignores the input entirely
+    zeros = torch.zeros_like(ref)
+    for out in (uniform, zeros):
+        assert torch.allclose(out, ref, atol=1e-4)
+        ok, why, facts = compare(out, ref, FP32)
+        assert not ok
+        assert "relative error" in why and facts["rel_err"] > 100 * FP32.norm
+    assert compare(zeros, ref, FP32)[2]["rel_err"] == pytest.approx(1.0)
+
+
+def test_bf16_outputs_compared_widened():
+    ref = torch.randn(256, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    tol = resolve([torch.bfloat16], "strict")[1]
+    assert compare(ref.clone(), ref, tol)[0]
+    off = (ref.float() * 1.004).to(torch.bfloat16)  # within bf16 rounding of 0.4%: passes bf16
+    ok, why, facts = compare(off, ref, tol)
+    assert ok, why
+    assert 0 < facts["rel_err"] < tol.norm
+    assert not compare((ref.float() * 1.05).to(torch.bfloat16), ref, tol)[0]
+
+
+# ---------------------------------------------------------------- NaN and inf
+
+def test_nan_in_output_fails():
+    ref = ones(100)
+    out = ref.clone()
+    out[3] = float("nan")
+    out[50] = float("nan")
+    ok, why, facts = compare(out, ref, FP32)
+    assert not ok
+    assert why == "nan in output: 2 of 100 elements are NaN where the reference is finite"
+    assert facts["nan"] == 2
+
+
+def test_nan_in_both_at_same_place_passes():
+    ref = torch.arange(10, dtype=torch.float32)
+    ref[4] = float("nan")
+    out = ref.clone()
+    ok, why, facts = compare(out, ref, FP32)
+    assert ok, why
+    assert facts["rel_err"] == 0.0
+    out[0] += 1.0  # the finite elements are still judged
+    assert not compare(out, ref, FP32)[0]
+
+
+def test_nan_in_reference_only_fails():
+    ref = ones(10)
+    ref[2] = float("nan")
+    ok, why, _ = compare(ones(10), ref, FP32)
+    assert not ok and "the reference is NaN where the output is not" in why
+
+
+def test_nan_at_different_places_fails():
+    ref, out = ones(10), ones(10)
+    ref[1] = float("nan")
+    out[2] = float("nan")
+    ok, why, facts = compare(out, ref, FP32)
+    assert not ok and why.startswith("nan in output: 1 of 10") and facts["nan"] == 1
+
+
+def test_inf_handling():
+    ref = torch.tensor([1.0, float("inf"), -float("inf"), 2.0])
+    assert compare(ref.clone(), ref, FP32)[0]  # matching infinities pass
+    wrong_sign = ref.clone()
+    wrong_sign[1] = -float("inf")
+    ok, why, _ = compare(wrong_sign, ref, FP32)
+    assert not ok and why == "output mismatch: infinities of the wrong sign"
+    finite = ref.clone()
+    finite[1] = 3e38
+    ok, why, _ = compare(finite, ref, FP32)
+    assert not ok and "infinities where the reference is finite (or the reverse)" in why
+    extra = ref.clone()
+    extra[0] = float("inf")
+    ok, why, _ = compare(extra, ref, FP32)
+    assert not ok and "infinities where the reference is finite" in why
+    # infinities are excluded from the norm: the finite part is judged on its own
+    close = ref.clone()
+    close[3] = 2.0 * (1 + 1e-5)
+    ok, why, facts = compare(close, ref, FP32)
+    assert ok, why
+    assert math.isfinite(facts["rel_err"]) and facts["rel_err"] > 0
+
+
+def test_nan_and_inf_together():
+    ref = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert compare(ref.clone(), ref, FP32)[0]
+    out = ref.clone()
+    out[1] = 5.0
+    assert not compare(out, ref, FP32)[0]
+
+
+# ---------------------------------------------------------------- integers and special shapes
+
+def test_integer_outputs_must_match_exactly():
+    ref = torch.arange(100, dtype=torch.int64)
+    ok, why, facts = compare(ref.clone(), ref, FP32)
+    assert ok and why == "" and facts == {"mismatched": 0}
+    out = ref.clone()
+    out[10] += 1
+    out[20] -= 1
+    ok, why, facts = compare(out, ref, Tolerance(norm=1.0, rtol=1.0, atol_rms=1.0))  # loose bounds don't apply
+    assert not ok and facts["mismatched"] == 2
+    assert why == "output mismatch: 2 of 100 elements differ (integer output must match exactly)"
+
+
+def test_bool_outputs_must_match_exactly():
+    ref = torch.tensor([True, False, True])
+    assert compare(ref.clone(), ref, FP32)[0]
+    ok, _, facts = compare(torch.tensor([True, True, True]), ref, FP32)
+    assert not ok and facts["mismatched"] == 1
+
+
+def test_all_zero_reference():
+    ref = torch.zeros(16)
+    assert compare(torch.zeros(16), ref, FP32)[0]
+    ok, why, facts = compare(torch.full((16,), 1e-3), ref, FP32)
+    assert not ok and facts["rel_err"] == float("inf") and "relative error inf" in why
+
+
+def test_fp64_outputs_stay_fp64():
+    ref = torch.ones(1000, dtype=torch.float64)
+    tol = resolve([torch.float64], "strict")[1]
+    assert tol == DEFAULTS["fp64"]
+    assert compare(ref * (1 + 0.5e-9), ref, tol)[0]
+    ok, _, facts = compare(ref * (1 + 2e-9), ref, tol)  # resolvable only in float64 arithmetic
+    assert not ok and facts["rel_err"] == pytest.approx(2e-9, rel=1e-3)
