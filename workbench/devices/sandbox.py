@@ -109,6 +109,19 @@ def import_candidate(path: str | Path) -> Any:
     return cls
 
 
+def check_constructor(cls: Any, init_inputs: list[Any]) -> None:
+    """ModelNew must take the reference's constructor arguments (the KernelBench convention)."""
+    import inspect
+
+    try:
+        inspect.signature(cls).bind(*init_inputs)
+    except TypeError as e:
+        raise CandidateError(f"ModelNew's constructor does not accept get_init_inputs() "
+                             f"({len(init_inputs)} argument(s)): {e}") from None
+    except ValueError:  # no signature available (a C extension type): let construction decide
+        pass
+
+
 class CandidateError(Exception):
     """The candidate is malformed (no ModelNew, wrong constructor)."""
 

@@ -117,7 +117,7 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capab
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    from ..devices.sandbox import import_candidate
+    from ..devices.sandbox import check_constructor, import_candidate
     from ..problems.problem import Problem
 
     progress("compile")
@@ -149,6 +149,7 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capab
             inputs = prob.inputs()
         inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
         cls = import_candidate(cand_path)
+        check_constructor(cls, init)
         trace_error = None
         try:
             with torch.device("meta"):

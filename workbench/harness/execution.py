@@ -38,6 +38,7 @@ def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int
     torch.manual_seed(seed)
     reference = problem.make_reference(init).to(device).eval()
     cls = sandbox.import_candidate(cand_path)
+    sandbox.check_constructor(cls, init)
     torch.manual_seed(seed)
     try:
         candidate = cls(*init)

@@ -5,6 +5,7 @@ loads the reference module too (problem files are trusted, candidates are not).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import types
@@ -68,7 +69,8 @@ class Problem:
     @property
     def key(self) -> str:
         """Identity of the problem at these sizes: name plus a hash of the effective source."""
-        return f"{self.name}@{source_hash(self.source + '|' + self.policy)}"
+        # hashed on the syntax tree, so comments, formatting and an override equal to the default change nothing
+        return f"{self.name}@{source_hash(ast.dump(ast.parse(self.source)) + '|' + self.policy)}"
 
     @property
     def policy(self) -> str:
