@@ -3,6 +3,7 @@
     workbench problems list
     workbench problems show PROBLEM [--set NAME=VALUE ...] [--json]
     workbench eval PROBLEM CANDIDATE [--device auto|cuda|cpu] [--set ...] [--up-to STAGE] [--json]
+    workbench propose PROBLEM [--set ...] [--n K] [--seed S] --out DIR
     workbench demo [--device auto|cuda|cpu]
 
 PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
@@ -117,6 +118,25 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_propose(args) -> int:
+    from .proposers.offline import OfflineProposer
+
+    problem = _load_problem(args)
+    proposer = OfflineProposer(problem)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = proposer.groups({p: True for p in proposer.fusion_points})
+    print(f"{problem.name}: {len(groups)} group(s) [{', '.join(g.family for g in groups)}], "
+          f"fusion points {proposer.fusion_points or 'none'}, space size {proposer.space_size():,}")
+    for i, cand in enumerate(proposer.propose(args.n, seed=args.seed)):
+        origin = dict(cand.origin)
+        path = cand.write(out)
+        cfg = json.loads(origin["config"])
+        print(f"  {path}  coverage flops {origin['coverage_flops']:.0%} bytes {origin['coverage_bytes']:.0%}  "
+              f"fuse {cfg['fuse'] or '-'}  {json.dumps(cfg['configs'], sort_keys=True)}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """The main job until the search exists: the ladder over the shipped example candidates."""
     from .candidate import Candidate
@@ -166,6 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "~/.workbench/store.sqlite)")
     ev.add_argument("--no-store", action="store_true", help="neither read nor write the store")
     ev.set_defaults(func=cmd_eval)
+
+    prop = sub.add_parser("propose", help="write candidates from the offline proposer")
+    _problem_args(prop)
+    prop.add_argument("--n", type=int, default=8, help="how many candidates (the default configuration first)")
+    prop.add_argument("--seed", type=int, default=0)
+    prop.add_argument("--out", required=True, help="directory for the candidate files")
+    prop.set_defaults(func=cmd_propose)
 
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")

@@ -1,0 +1,171 @@
+"""The offline proposer: graph capture -> fusible groups -> parametric Triton families -> configurations.
+
+A point in a problem's space is a `Choice`: for every fusion point (a GEMM whose consumer chain could be its
+epilogue) fuse or split, and for every group one configuration of its family's valid space. The space is the product
+of those choices; it can be enumerated in a fixed order or sampled reproducibly from a seed, and every point renders
+to a complete candidate module whose origin records the choice and the coverage (share of the reference's FLOPs and
+bytes computed in generated kernels; the rest stays torch calls).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import random
+from typing import Any, Iterator
+
+from ..candidate import Candidate
+from ..kernels.base import valid_space
+from ..problems.problem import Problem
+from .graph import Captured, capture
+from .partition import Group, fusion_points, partition
+from .render import render_module
+
+
+FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", "GemmFamily"),
+            "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily")}
+
+
+def family(name: str):
+    import importlib
+
+    module, cls = FAMILIES[name]
+    return getattr(importlib.import_module(f"workbench.kernels.{module}"), cls)()
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    fuse: tuple[tuple[str, bool], ...]  # fusion point -> fused?
+    configs: tuple[tuple[str, str], ...]  # group id -> config as canonical JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fuse": dict(self.fuse), "configs": {k: json.loads(v) for k, v in self.configs}}
+
+
+def _canon(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+class OfflineProposer:
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.captured: Captured = capture(problem)
+        self.policy = problem.policy
+        self.fusion_points = fusion_points(self.captured, self.policy)
+        self._layouts: dict[tuple, list[Group]] = {}
+
+    # ---- structure ----
+    def groups(self, fuse: dict[str, bool]) -> list[Group]:
+        key = tuple(sorted(fuse.items()))
+        if key not in self._layouts:
+            self._layouts[key] = partition(self.captured, self.policy, fuse)
+        return self._layouts[key]
+
+    def group_space(self, group: Group) -> list[dict[str, Any]]:
+        return valid_space(family(group.family), group.spec)
+
+    def space_size(self) -> int:
+        total = 0
+        for bits in range(2 ** len(self.fusion_points)):
+            fuse = {p: bool(bits >> i & 1) for i, p in enumerate(self.fusion_points)}
+            total += math.prod(max(len(self.group_space(g)), 1) for g in self.groups(fuse))
+        return total
+
+    def coverage(self, groups: list[Group]) -> dict[str, float]:
+        covered = {n.name for g in groups for n in g.nodes}
+        flops, nbytes = self.captured.node_flops, self.captured.node_bytes
+        tf, tb = sum(flops.values()), sum(nbytes.values())
+        return {"flops": sum(v for k, v in flops.items() if k in covered) / tf if tf else 1.0,
+                "bytes": sum(v for k, v in nbytes.items() if k in covered) / tb if tb else 1.0}
+
+    # ---- points of the space ----
+    def default_choice(self) -> Choice:
+        fuse = {p: True for p in self.fusion_points}
+        return Choice(tuple(sorted(fuse.items())),
+                      tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(fuse)))
+
+    def sample(self, n: int, seed: int = 0) -> list[Choice]:
+        """n distinct points (fewer if the space is smaller), the default first, reproducible from the seed."""
+        rng = random.Random(seed)
+        out, seen = [], set()
+        first = self.default_choice()
+        out.append(first)
+        seen.add(first)
+        attempts = 0
+        while len(out) < n and attempts < 50 * n:
+            attempts += 1
+            fuse = {p: rng.random() < 0.5 for p in self.fusion_points}
+            configs = []
+            for g in self.groups(fuse):
+                space = self.group_space(g)
+                configs.append((g.gid, _canon(rng.choice(space)) if space else "{}"))
+            c = Choice(tuple(sorted(fuse.items())), tuple(configs))
+            if c not in seen:
+                seen.add(c)
+                out.append(c)
+        return out
+
+    def enumerate(self, limit: int | None = None) -> Iterator[Choice]:
+        """Every point in a fixed order (fusion patterns, then configs, last group fastest)."""
+        import itertools
+
+        count = 0
+        for bits in range(2 ** len(self.fusion_points)):
+            fuse = {p: bool(bits >> i & 1) for i, p in enumerate(self.fusion_points)}
+            groups = self.groups(fuse)
+            spaces = [[_canon(c) for c in self.group_space(g)] or ["{}"] for g in groups]
+            for combo in itertools.product(*spaces):
+                yield Choice(tuple(sorted(fuse.items())), tuple(zip((g.gid for g in groups), combo)))
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    def neighbours(self, choice: Choice, rng: random.Random, k: int = 8) -> list[Choice]:
+        """Moves from a point: one group's configuration changed, or one fusion point flipped."""
+        out = []
+        fuse = dict(choice.fuse)
+        configs = dict(choice.configs)
+        groups = self.groups(fuse)
+        for _ in range(k):
+            if self.fusion_points and rng.random() < 0.2:
+                p = rng.choice(self.fusion_points)
+                f2 = {**fuse, p: not fuse.get(p, True)}
+                cfgs = tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(f2))
+                out.append(Choice(tuple(sorted(f2.items())), cfgs))
+            elif groups:
+                g = rng.choice(groups)
+                space = self.group_space(g)
+                if space:
+                    new = dict(configs)
+                    new[g.gid] = _canon(rng.choice(space))
+                    out.append(Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups)))
+        return list(dict.fromkeys(out))
+
+    # ---- rendering ----
+    def render(self, choice: Choice) -> Candidate:
+        fuse = dict(choice.fuse)
+        groups = self.groups(fuse)
+        configs = {k: json.loads(v) for k, v in choice.configs}
+        codes = {}
+        for g in groups:
+            fam = family(g.family)
+            cfg = configs.get(g.gid) or fam.default(g.spec)
+            name = f"_{g.gid}_{g.family}"
+            r = fam.render(g.spec, cfg, name)
+            codes[g.gid] = (r.kernel_src, r.launcher_src, name)
+        cov = self.coverage(groups)
+        summary = {"problem": self.problem.key, "groups": [f"{g.gid}:{g.family}" + ("+epilogue" if g.fused_epilogue
+                                                                                    else "") for g in groups],
+                   "coverage": cov, **choice.to_dict()}
+        comment = (f"Generated by workbench's offline proposer for {self.problem.name}.\n\n"
+                   f"{json.dumps(summary, indent=1, sort_keys=True)}\n")
+        source = render_module(self.captured, groups, codes, comment)
+        digest = hashlib.sha256(_canon(choice.to_dict()).encode()).hexdigest()[:12]
+        return Candidate(source, origin=(("kind", "offline"), ("choice", digest),
+                                         ("coverage_flops", round(cov["flops"], 4)),
+                                         ("coverage_bytes", round(cov["bytes"], 4)),
+                                         ("config", _canon(choice.to_dict()))))
+
+    def propose(self, n: int, seed: int = 0) -> list[Candidate]:
+        return [self.render(c) for c in self.sample(n, seed)]

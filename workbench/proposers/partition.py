@@ -1,0 +1,274 @@
+"""Partition a captured graph into fusible groups, each lowered to one kernel family.
+
+Groups:
+- `gemm`: mm / addmm / bmm, optionally with the elementwise chain that consumes its output fused as an epilogue
+  (a fusion choice: fused or split);
+- `row`: a reduction or normalisation over the last dimension (softmax, log-softmax, layer norm, sum, mean, max,
+  argmax, var, logsumexp) and `scan` (cumsum);
+- `elementwise`: a maximal chain (a DAG) of pointwise nodes producing one output, inputs broadcast into it;
+- everything else (views, convolutions, ops outside the tables) stays a torch call.
+
+`partition(captured, fuse)` is cheap and deterministic; `fuse` maps a GEMM's node name to whether its epilogue is
+fused, so the proposer can offer both as moves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from ..kernels.base import Epilogue, EpilogueInput
+from ..kernels.elementwise import ElementwiseInput, ElementwiseSpec
+from .graph import Captured
+from .lowering import lower, lowerable, schema_args
+
+aten = torch.ops.aten
+
+GEMM_OPS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
+ROW_OPS = {aten._softmax.default: "softmax", aten._log_softmax.default: "log_softmax",
+           aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "max",
+           aten.argmax.default: "argmax", aten.var.correction: "var", aten.logsumexp.default: "logsumexp",
+           aten.native_layer_norm.default: "layernorm", aten.cumsum.default: "cumsum"}
+DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@dataclasses.dataclass
+class Group:
+    gid: str
+    family: str  # "gemm", "row", "scan", "elementwise"
+    out: Node  # the node whose value the group produces
+    nodes: list[Node]  # every node computed inside the group's kernel(s)
+    args: list[str]  # launcher arguments: python expressions over value names
+    spec: Any
+    fused_epilogue: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.gid
+
+
+def val(n: Any) -> Any:
+    return n.meta.get("val") if isinstance(n, Node) else None
+
+
+def _last_dim(dims: Any, rank: int) -> bool:
+    if isinstance(dims, int):
+        dims = [dims]
+    return dims is not None and len(dims) == 1 and dims[0] % rank == rank - 1
+
+
+class Partitioner:
+    def __init__(self, captured: Captured, policy: str):
+        self.cap = captured
+        self.policy = policy
+        self.nodes = [n for n in captured.gm.graph.nodes]
+        self.groups: list[Group] = []
+        self.owner: dict[Node, Group] = {}
+
+    # ---- elementwise groups ----
+    def elementwise_groups(self) -> dict[Node, list[Node]]:
+        """root -> member nodes (topological order), grown backwards from each root over single-consumer producers."""
+        assigned: dict[Node, Node] = {}
+        groups: dict[Node, list[Node]] = {}
+        for node in reversed(self.nodes):
+            if node in assigned or not lowerable(node):
+                continue
+            shape = tuple(val(node).shape)
+            members = {node}
+            frontier = [node]
+            while frontier:
+                cur = frontier.pop()
+                for a in cur.all_input_nodes:
+                    if a in members or a in assigned or not lowerable(a) or tuple(val(a).shape) != shape:
+                        continue
+                    if all(u in members for u in a.users):
+                        members.add(a)
+                        frontier.append(a)
+            for m in members:
+                assigned[m] = node
+            groups[node] = [n for n in self.nodes if n in members]
+        return groups
+
+    def elementwise_spec(self, root: Node, members: list[Node], names: dict[Node, str],
+                         acc: Node | None = None) -> tuple[str, list[Node]]:
+        """The expression of a group and its external tensor inputs (in first-use order)."""
+        inputs: list[Node] = []
+        memo: dict[Node, str] = {}
+
+        def expr_of(n: Node) -> str:
+            if n is acc:
+                return "__ACC__"
+            if n in memo:
+                return memo[n]
+            if n in members:
+                memo[n] = lower(n, expr_of)
+                return memo[n]
+            if n not in inputs:
+                inputs.append(n)
+            return names[n]
+
+        return expr_of(root), inputs
+
+    @staticmethod
+    def input_kind(inp: Node, out_shape: tuple[int, ...]) -> str | None:
+        v = val(inp)
+        if v.numel() == 1:
+            return "scalar"
+        shape = tuple(v.shape)
+        if shape == out_shape:
+            return "flat" if v.is_contiguous() else "strided"
+        if v.dim() <= len(out_shape) and shape[-1:] == out_shape[-1:] and all(d == 1 for d in shape[:-1]) \
+                and v.is_contiguous():
+            return "lastdim"
+        return "strided" if len(out_shape) <= 4 else None
+
+    # ---- the partition ----
+    def run(self, fuse: dict[str, bool]) -> list[Group]:
+        names = {n: n.name for n in self.nodes}
+        ew = self.elementwise_groups()
+        ew_of = {m: root for root, members in ew.items() for m in members}
+        taken: set[Node] = set()
+        n_id = 0
+        for node in self.nodes:
+            if node.op != "call_function" or node in taken:
+                continue
+            gid = f"g{n_id}"
+            group = None
+            if node.target in GEMM_OPS:
+                group = self.gemm_group(gid, node, names, ew, ew_of, fuse.get(node.name, True))
+            elif node.target in ROW_OPS:
+                group = self.row_group(gid, node, names)
+            elif node in ew and not any(m in taken for m in ew[node]):
+                group = self.ew_group(gid, node, ew[node], names)
+            if group is not None:
+                self.groups.append(group)
+                taken.update(group.nodes)
+                n_id += 1
+        return self.groups
+
+    def ew_group(self, gid: str, root: Node, members: list[Node], names) -> Group | None:
+        out_shape = tuple(val(root).shape)
+        expr, inputs = self.elementwise_spec(root, members, names)
+        kinds = [self.input_kind(i, out_shape) for i in inputs]
+        if not inputs or None in kinds or len(out_shape) > 4 or val(root).dtype not in DTYPE:
+            return None
+        spec = ElementwiseSpec(expr, tuple(ElementwiseInput(names[i], k, val(i).dtype == torch.bool)
+                                           for i, k in zip(inputs, kinds)),
+                               DTYPE[val(root).dtype], val(root).numel(), len(out_shape))
+        args = [names[i] for i in inputs] + [repr(out_shape)]
+        return Group(gid, "elementwise", root, members, args, spec)
+
+    def gemm_group(self, gid, node, names, ew, ew_of, fuse: bool) -> Group | None:
+        from ..kernels.gemm import GemmSpec
+
+        b = schema_args(node)
+        if node.target == aten.addmm.default:
+            a_, b_, bias = b["mat1"], b["mat2"], b["self"]
+        else:
+            a_, b_, bias = b["self"], b["mat2"], None
+        out = val(node)
+        va, vb = val(a_), val(b_)
+        if va.dtype not in DTYPE or vb.dtype != va.dtype or out.dtype not in DTYPE:
+            return None
+        batched = node.target == aten.bmm.default
+        precision = "ieee" if (va.dtype == torch.float32 and self.policy != "tf32") else "tf32"
+        epi_inputs: list[EpilogueInput] = []
+        args = [names[a_], names[b_]]
+        expr = "acc"
+        if bias is not None:
+            if b.get("beta", 1) != 1 or b.get("alpha", 1) != 1:
+                return None
+            kind = self.input_kind(bias, tuple(out.shape))
+            kind = {"lastdim": "col", "flat": "full"}.get(kind)
+            if kind is None:
+                return None
+            epi_inputs.append(EpilogueInput(names[bias], kind))
+            args.append(names[bias])
+            expr = f"(acc + {names[bias]})"
+        nodes = [node]
+        result = node
+        fused = False
+        # the elementwise chain that consumes only this output: fused as an epilogue when chosen and expressible
+        root = ew_of.get(next(iter(node.users)), None) if len(node.users) == 1 else None
+        if fuse and root is not None and not batched:
+            members = ew[root]
+            e2, inputs = self.elementwise_spec(root, members, names, acc=node)
+            extra = []
+            ok = True
+            for i in inputs:
+                kind = {"lastdim": "col", "flat": "full"}.get(self.input_kind(i, tuple(out.shape)) or "", None)
+                if kind is None:
+                    ok = False
+                    break
+                extra.append(EpilogueInput(names[i], kind))
+            if ok and tuple(val(root).shape) == tuple(out.shape):
+                expr = e2.replace("__ACC__", expr)
+                epi_inputs += extra
+                args += [names[i] for i in inputs]
+                nodes += members
+                result = root
+                fused = True
+        out_dtype = val(result).dtype
+        if out_dtype not in DTYPE:
+            return None
+        epilogue = None if expr == "acc" else Epilogue(expr, tuple(epi_inputs))
+        spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue)
+        return Group(gid, "gemm", result, nodes, args, spec, fused_epilogue=fused)
+
+    def row_group(self, gid, node, names) -> Group | None:
+        from ..kernels import reduce as red
+
+        op = ROW_OPS[node.target]
+        b = schema_args(node)
+        x = b.get("self", b.get("input"))
+        vx = val(x)
+        if not isinstance(x, Node) or vx.dtype not in DTYPE or vx.dim() < 1:
+            return None
+        rank = vx.dim()
+        n_cols = vx.shape[-1]
+        args = [names[x]]
+        if op == "layernorm":
+            if list(b["normalized_shape"]) != [n_cols]:
+                return None
+            w, bias = b.get("weight"), b.get("bias")
+            spec = red.RowSpec("layernorm", n_cols, DTYPE[vx.dtype], eps=float(b["eps"]), has_weight=w is not None,
+                               has_bias=bias is not None)
+            args += [names[v] for v in (w, bias) if v is not None]
+            # native_layer_norm returns (out, mean, rstd): only the first may be used
+            users = list(node.users)
+            if any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+                return None
+            return Group(gid, "row", users[0], [node, *users], args, spec) if users else None
+        if op in ("softmax", "log_softmax"):
+            if not _last_dim(b["dim"], rank) or b.get("half_to_float"):
+                return None
+            spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype])
+        elif op == "cumsum":
+            if not _last_dim(b["dim"], rank) or b.get("dtype") not in (None, vx.dtype):
+                return None
+            return Group(gid, "scan", node, [node], args, red.ScanSpec("cumsum", n_cols, DTYPE[vx.dtype]))
+        else:
+            dims = b.get("dim")
+            if not _last_dim(dims, rank) or b.get("keepdim"):
+                return None
+            if op in ("sum", "mean") and b.get("dtype") not in (None, vx.dtype):
+                return None
+            if op == "var":
+                corr = b.get("correction")
+                spec = red.RowSpec("var", n_cols, DTYPE[vx.dtype], correction=1 if corr is None else int(corr))
+            else:
+                spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype])
+        return Group(gid, "row", node, [node], args, spec)
+
+
+def partition(captured: Captured, policy: str, fuse: dict[str, bool] | None = None) -> list[Group]:
+    return Partitioner(captured, policy).run(fuse or {})
+
+
+def fusion_points(captured: Captured, policy: str) -> list[str]:
+    """GEMM node names whose epilogue can be fused or split (the proposer's fusion moves)."""
+    fused = [g for g in partition(captured, policy, {}) if g.family == "gemm" and g.fused_epilogue]
+    return [g.nodes[0].name for g in fused]
