@@ -46,6 +46,29 @@ class Ladder:
         self.tolerance = tolerance
         self.best_quick_ms: dict[str, float] = {}
         self._floors: dict[str, float | None] = {}
+        self._compiled: dict[tuple[str, str], StageRecord] = {}
+
+    def precompile(self, problem: Problem, candidates: list[Candidate], workers: int = 4) -> None:
+        """Run the compile stage for many candidates at once on extra CPU workers, ahead of their climbs, so
+        compilation stays off the GPU's critical path; `evaluate` then uses these records."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..devices.local import LocalDevice
+
+        todo = [c for c in candidates if (problem.key, c.hash) not in self._compiled]
+        if not todo:
+            return
+        pool = [LocalDevice("cpu", timeouts=getattr(self.device, "timeouts", None)) for _ in range(workers)]
+        try:
+            def one(i: int) -> StageRecord:
+                return pool[i % workers].compile(problem, todo[i].write())
+
+            with ThreadPoolExecutor(workers) as ex:  # worker i % workers serves one task at a time (its lock)
+                for cand, rec in zip(todo, ex.map(one, range(len(todo)))):
+                    self._compiled[(problem.key, cand.hash)] = rec
+        finally:
+            for d in pool:
+                d.close()
 
     def evaluate(self, problem: Problem, candidate: Candidate, up_to: str = "full_timing",
                  force_full: bool = False) -> Evaluation:
@@ -82,7 +105,7 @@ class Ladder:
         if not static.ok or len(want) == 1:
             return
         path = candidate.write()
-        comp = self.device.compile(problem, path)
+        comp = self._compiled.pop((problem.key, candidate.hash), None) or self.device.compile(problem, path)
         ev.stages.append(comp)
         if comp.verdict == FAIL or len(want) == 2:
             return

@@ -1,9 +1,9 @@
+# A linear layer followed by GELU (tanh approximation), fp32; tf32 matrix units accepted.
 import torch
 import torch.nn as nn
 
-# A linear layer followed by GELU (tanh approximation), fp32; tf32 matrix units accepted.
 WORKBENCH_PRECISION = "tf32"
-batch_size = 8192
+batch_size = 16384
 in_features = 4096
 out_features = 4096
 shape = (batch_size, in_features)

@@ -1,7 +1,7 @@
+# Square bf16 GEMM with fp32 accumulation: C = A @ B.
 import torch
 import torch.nn as nn
 
-# Square bf16 GEMM with fp32 accumulation: C = A @ B.
 M = 8192
 N = 8192
 K = 8192

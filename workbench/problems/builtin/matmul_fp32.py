@@ -1,7 +1,7 @@
+# Square fp32 GEMM, strict fp32 accuracy (no tf32): C = A @ B.
 import torch
 import torch.nn as nn
 
-# Square fp32 GEMM, strict fp32 accuracy (no tf32): C = A @ B.
 M = 4096
 N = 4096
 K = 4096

@@ -1,8 +1,8 @@
+# Row softmax over the last dimension, fp32.
 import torch
 import torch.nn as nn
 
-# Row softmax over the last dimension, fp32.
-batch_size = 4096
+batch_size = 65536
 dim = 8192
 
 

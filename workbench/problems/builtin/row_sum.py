@@ -1,0 +1,22 @@
+# Row sum: reduce over the last dimension, fp32. Memory-bound (one read of the input).
+import torch
+import torch.nn as nn
+
+batch_size = 32768
+dim = 32768
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
