@@ -24,7 +24,8 @@ from .render import render_module
 
 
 FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", "GemmFamily"),
-            "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily")}
+            "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily"), "col": ("reduce", "ColReduceFamily"),
+            "permute": ("memory", "PermuteFamily"), "gather": ("memory", "GatherFamily")}
 
 
 def family(name: str):

@@ -44,6 +44,7 @@ class Group:
     args: list[str]  # launcher arguments: python expressions over value names
     spec: Any
     fused_epilogue: bool = False
+    post: str = ""  # appended to the launcher call (e.g. ".unsqueeze(-1)" for a keepdim reduction)
 
     @property
     def key(self) -> str:
@@ -131,23 +132,37 @@ class Partitioner:
         ew = self.elementwise_groups()
         ew_of = {m: root for root, members in ew.items() for m in members}
         taken: set[Node] = set()
-        n_id = 0
+        found: list[Group] = []
+        # whole patterns first (rmsnorm written out, cross-entropy), so their pieces are not claimed one by one
+        for node in self.nodes:
+            if node.target in ROW_OPS:
+                g = self.rmsnorm_group("", node, names) or self.cross_entropy_group("", node, names)
+                if g is not None and not any(n in taken for n in g.nodes):
+                    found.append(g)
+                    taken.update(g.nodes)
         for node in self.nodes:
             if node.op != "call_function" or node in taken:
                 continue
-            gid = f"g{n_id}"
             group = None
             if node.target in GEMM_OPS:
-                group = self.gemm_group(gid, node, names, ew, ew_of, fuse.get(node.name, True))
+                group = self.gemm_group("", node, names, ew, ew_of, fuse.get(node.name, True))
+            elif node.target == aten.embedding.default:
+                group = self.gather_group("", node, names)
+            elif node.target == aten.clone.default and self.permute_source(node) is not None:
+                group = self.permute_group("", node, names)
             elif node.target in ROW_OPS:
-                group = self.row_group(gid, node, names)
+                group = self.col_group("", node, names) or self.row_group("", node, names)
             elif node in ew and not any(m in taken for m in ew[node]):
-                group = self.ew_group(gid, node, ew[node], names)
-            if group is not None:
-                self.groups.append(group)
+                group = self.ew_group("", node, ew[node], names)
+            if group is not None and not any(n in taken for n in group.nodes):
+                found.append(group)
                 taken.update(group.nodes)
-                n_id += 1
-        return self.groups
+        position = {n: i for i, n in enumerate(self.nodes)}
+        found.sort(key=lambda g: position[g.out])
+        for i, g in enumerate(found):
+            g.gid = f"g{i}"
+        self.groups = found
+        return found
 
     def ew_group(self, gid: str, root: Node, members: list[Node], names) -> Group | None:
         out_shape = tuple(val(root).shape)
@@ -218,6 +233,113 @@ class Partitioner:
         spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue)
         return Group(gid, "gemm", result, nodes, args, spec, fused_epilogue=fused)
 
+    # ---- memory movement ----
+    def permute_source(self, node: Node):
+        b = schema_args(node)
+        if b.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+            return None
+        found = _permute_of(node.args[0])
+        if found is None or not (2 <= len(found[1]) <= 4) or val(found[0]).dtype not in DTYPE:
+            return None
+        return found
+
+    def permute_group(self, gid, node, names) -> Group | None:
+        from ..kernels.memory import PermuteSpec
+
+        src, perm = self.permute_source(node)
+        spec = PermuteSpec(tuple(val(src).shape), perm, DTYPE[val(src).dtype])
+        return Group(gid, "permute", node, [node], [names[src]], spec)
+
+    def gather_group(self, gid, node, names) -> Group | None:
+        from ..kernels.memory import GatherSpec
+
+        b = schema_args(node)
+        w, idx = b["weight"], b["indices"]
+        if val(w).dim() != 2 or val(w).dtype not in DTYPE or val(idx).dtype not in (torch.int64, torch.int32):
+            return None
+        spec = GatherSpec(val(w).shape[0], val(w).shape[1], DTYPE[val(w).dtype], str(val(idx).dtype)[6:])
+        return Group(gid, "gather", node, [node], [names[idx], names[w]], spec)
+
+    # ---- reductions recognised as a whole ----
+    def col_group(self, gid, node, names) -> Group | None:
+        from ..kernels.reduce import ColSpec
+
+        op = {aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "max"}.get(node.target)
+        b = schema_args(node)
+        x = b.get("self")
+        if op is None or not isinstance(x, Node) or val(x).dim() != 2 or b.get("keepdim") or \
+                val(x).dtype not in DTYPE or list(b.get("dim") or []) not in ([0], [-2]) or \
+                b.get("dtype") not in (None, val(x).dtype):
+            return None
+        n_rows, n_cols = val(x).shape
+        return Group(gid, "col", node, [node], [names[x]], ColSpec(op, n_rows, n_cols, DTYPE[val(x).dtype]))
+
+    def cross_entropy_group(self, gid, node, names) -> Group | None:
+        """log_softmax over classes followed by nll_loss (what F.cross_entropy traces to) as one row kernel."""
+        from ..kernels.reduce import RowSpec
+
+        if node.target != aten._log_softmax.default or len(node.users) != 1:
+            return None
+        nll = next(iter(node.users))
+        if nll.target != aten.nll_loss_forward.default:
+            return None
+        b = schema_args(nll)
+        x = node.args[0]
+        if val(x).dim() != 2 or b.get("weight") is not None or b["reduction"] not in (0, 1) or \
+                not _last_dim(node.args[1], 2) or val(x).dtype not in DTYPE:
+            return None
+        outs = [u for u in nll.users if u.users]
+        if len(outs) != 1 or outs[0].target is not operator.getitem or outs[0].args[1] != 0:
+            return None
+        spec = RowSpec("cross_entropy", val(x).shape[1], DTYPE[val(x).dtype],
+                       reduction="mean" if b["reduction"] == 1 else "none", ignore_index=int(b["ignore_index"]))
+        return Group(gid, "row", outs[0], [node, nll, *nll.users], [names[x], names[b["target"]]], spec)
+
+    def rmsnorm_group(self, gid, node, names) -> Group | None:
+        """x * rsqrt(mean(x*x, -1, keepdim) + eps) [* weight], written out, as one row kernel."""
+        from ..kernels.reduce import RowSpec
+
+        if node.target != aten.mean.dim or not node.args[2:3] or not node.args[2]:
+            return None
+        sq = node.args[0]
+        if not isinstance(sq, Node) or len(sq.users) != 1:
+            return None
+        if sq.target == aten.pow.Tensor_Scalar and sq.args[1] == 2:
+            x = sq.args[0]
+        elif sq.target == aten.mul.Tensor and sq.args[0] is sq.args[1]:
+            x = sq.args[0]
+        else:
+            return None
+        if not isinstance(x, Node) or not _last_dim(node.args[1], val(x).dim()) or val(x).dtype not in DTYPE:
+            return None
+        chain = [sq, node]
+        cur = node
+        add = next(iter(cur.users)) if len(cur.users) == 1 else None
+        if add is None or add.target not in (aten.add.Tensor, aten.add.Scalar) or not isinstance(add.args[1],
+                                                                                               (int, float)):
+            return None
+        eps = float(add.args[1])
+        rs = next(iter(add.users)) if len(add.users) == 1 else None
+        if rs is None or rs.target != aten.rsqrt.default:
+            return None
+        mul = next(iter(rs.users)) if len(rs.users) == 1 else None
+        if mul is None or mul.target != aten.mul.Tensor or set(mul.args) != {x, rs}:
+            return None
+        chain += [add, rs, mul]
+        out, args, has_w = mul, [names[x]], False
+        if len(mul.users) == 1:
+            wmul = next(iter(mul.users))
+            other = [a for a in wmul.args if a is not mul]
+            if wmul.target == aten.mul.Tensor and len(other) == 1 and isinstance(other[0], Node) and \
+                    tuple(val(other[0]).shape) == (val(x).shape[-1],) and val(wmul).dtype == val(x).dtype:
+                out, has_w = wmul, True
+                chain.append(wmul)
+                args.append(names[other[0]])
+        if any(u is not out and any(v not in chain for v in u.users) for u in chain):
+            return None  # an intermediate escapes: not a pure rmsnorm
+        spec = RowSpec("rmsnorm", val(x).shape[-1], DTYPE[val(x).dtype], eps=eps, has_weight=has_w)
+        return Group(gid, "row", out, chain, args, spec)
+
     def row_group(self, gid, node, names) -> Group | None:
         from ..kernels import reduce as red
 
@@ -238,10 +360,10 @@ class Partitioner:
                                has_bias=bias is not None)
             args += [names[v] for v in (w, bias) if v is not None]
             # native_layer_norm returns (out, mean, rstd): only the first may be used
-            users = list(node.users)
-            if any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+            users = [u for u in node.users if u.users]  # mean and rstd outputs, when unused, are dead getitems
+            if len(users) != 1 or users[0].target is not operator.getitem or users[0].args[1] != 0:
                 return None
-            return Group(gid, "row", users[0], [node, *users], args, spec) if users else None
+            return Group(gid, "row", users[0], [node, *node.users], args, spec)
         if op in ("softmax", "log_softmax"):
             if not _last_dim(b["dim"], rank) or b.get("half_to_float"):
                 return None
@@ -252,7 +374,7 @@ class Partitioner:
             return Group(gid, "scan", node, [node], args, red.ScanSpec("cumsum", n_cols, DTYPE[vx.dtype]))
         else:
             dims = b.get("dim")
-            if not _last_dim(dims, rank) or b.get("keepdim"):
+            if not _last_dim(dims, rank):
                 return None
             if op in ("sum", "mean") and b.get("dtype") not in (None, vx.dtype):
                 return None
@@ -261,7 +383,29 @@ class Partitioner:
                 spec = red.RowSpec("var", n_cols, DTYPE[vx.dtype], correction=1 if corr is None else int(corr))
             else:
                 spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype])
+            if b.get("keepdim"):
+                return Group(gid, "row", node, [node], args, spec, post=".unsqueeze(-1)")
         return Group(gid, "row", node, [node], args, spec)
+
+
+def _permute_of(node: Node) -> tuple[Node, tuple[int, ...]] | None:
+    """(source, permutation) when node is a permute/transpose view of a contiguous tensor."""
+    if not isinstance(node, Node) or node.op != "call_function":
+        return None
+    src = node.args[0] if node.args else None
+    if not isinstance(src, Node) or not val(src).is_contiguous():
+        return None
+    rank = val(src).dim()
+    if node.target == aten.permute.default:
+        return src, tuple(d % rank for d in node.args[1])
+    if node.target == aten.transpose.int:
+        perm = list(range(rank))
+        a, b = node.args[1] % rank, node.args[2] % rank
+        perm[a], perm[b] = perm[b], perm[a]
+        return src, tuple(perm)
+    if node.target == aten.t.default and rank == 2:
+        return src, (1, 0)
+    return None
 
 
 def partition(captured: Captured, policy: str, fuse: dict[str, bool] | None = None) -> list[Group]:

@@ -136,7 +136,7 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
         if g is not None:
             if node is g.out:
                 fn = codes[g.gid][2]
-                lines.append(f"        {node.name} = {fn}({', '.join(g.args)})")
+                lines.append(f"        {node.name} = {fn}({', '.join(g.args)}){g.post}")
             continue
         target = node.target
         if target is operator.getitem:
