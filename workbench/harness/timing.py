@@ -28,8 +28,8 @@ FIDELITY = {
     # Calls are sized by time, like triton.testing.do_bench (whose default is ~100 ms of calls): a time-based warm-up
     # (clocks reach their loaded state), then rounds of at least `min_reps`, at most `reps`, about `target_s` of timed
     # calls per model. Quick and full differ only in how long they look and in the torch.compile reference.
-    "quick_timing": dict(sets=3, warmup_s=0.01, reps=30, target_s=0.03, min_reps=5, compile_ref=False),
-    "full_timing": dict(sets=3, warmup_s=0.025, reps=500, target_s=0.1, min_reps=20, compile_ref=True),
+    "quick_timing": dict(sets=3, warmup_s=0.02, reps=30, target_s=0.03, min_reps=5, compile_ref=False),
+    "full_timing": dict(sets=3, warmup_s=0.05, reps=500, target_s=0.1, min_reps=20, compile_ref=True),
 }
 METHOD = ("cuda events; L2 flushed before each call; device-wide sync before end event; rotated inputs; reference "
           "and candidate interleaved call by call; median")

@@ -1,0 +1,168 @@
+"""The offline proposer on problems it has never seen: candidates it renders must be correct (CPU interpreter, small
+shapes), report their coverage, fall back to torch for what it cannot lower, and be reproducible from a seed."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from workbench.devices.local import LocalDevice
+from workbench.harness.ladder import Ladder
+from workbench.problems import Problem, ProblemError
+from workbench.proposers.offline import OfflineProposer
+
+UNSEEN = {
+    # odd, non-power-of-two widths; a chain with a broadcast bias, a scalar tensor and a mask
+    "odd_chain": '''
+        import torch
+        import torch.nn as nn
+        rows = 37
+        cols = 91
+        class Model(nn.Module):
+            def __init__(self, alpha):
+                super().__init__()
+                self.alpha = alpha
+                self.bias = nn.Parameter(torch.randn(cols))
+            def forward(self, x, y):
+                z = torch.nn.functional.silu(x * self.alpha + self.bias) - torch.tanh(y)
+                return torch.where(z > 0.1, z, z * 0.5).clamp(-2.0, 2.0)
+        def get_inputs():
+            return [torch.randn(rows, cols), torch.randn(rows, 1)]
+        def get_init_inputs():
+            return [0.7]
+    ''',
+    # a linear layer with an epilogue (fusible), then a row softmax, then an unsupported op (sort) left to torch
+    "linear_softmax_sort": '''
+        import torch
+        import torch.nn as nn
+        batch = 24
+        d_in = 40
+        d_out = 48
+        class Model(nn.Module):
+            def __init__(self, d_in, d_out):
+                super(Model, self).__init__()
+                self.fc = nn.Linear(d_in, d_out)
+            def forward(self, x):
+                h = torch.relu(self.fc(x)) * 2.0
+                p = torch.softmax(h, dim=-1)
+                return torch.sort(p, dim=-1).values
+        def get_inputs():
+            return [torch.randn(batch, d_in)]
+        def get_init_inputs():
+            return [d_in, d_out]
+    ''',
+    # shape-dependent Python in forward (unpacking x.size()), a 3-D layer norm and a reduction
+    "norm_reduce": '''
+        import torch
+        import torch.nn as nn
+        B, T, C = 3, 5, 33
+        class Model(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.ln = nn.LayerNorm(c)
+            def forward(self, x):
+                b, t, c = x.size()
+                y = self.ln(x).view(b * t, c)
+                return y.sum(dim=-1) + y.amax(dim=-1)
+        def get_inputs():
+            return [torch.randn(B, T, C)]
+        def get_init_inputs():
+            return [C]
+    ''',
+}
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    dev = LocalDevice("cpu", timeouts={"compile": 60, "correctness": 60})
+    yield dev
+    dev.close()
+
+
+def _problem(tmp_path, name: str) -> Problem:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(UNSEEN[name]))
+    return Problem.load(path)
+
+
+@pytest.mark.parametrize("name", sorted(UNSEEN))
+def test_unseen_problems_get_correct_candidates(cpu, tmp_path, name):
+    problem = _problem(tmp_path, name)
+    proposer = OfflineProposer(problem)
+    cands = proposer.propose(3, seed=7)
+    assert len({c.hash for c in cands}) == len(cands) >= 2
+    ladder = Ladder(cpu)
+    for cand in cands:
+        origin = dict(cand.origin)
+        assert 0.0 < origin["coverage_bytes"] <= 1.0
+        ev = ladder.evaluate(problem, cand, up_to="correctness")
+        assert ev.ok and ev.fidelity == "correctness", (name, [(s.name, s.reason) for s in ev.stages], cand.source)
+
+
+def test_unsupported_op_stays_torch_and_coverage_says_so(tmp_path):
+    proposer = OfflineProposer(_problem(tmp_path, "linear_softmax_sort"))
+    cand = proposer.render(proposer.default_choice())
+    assert "torch.ops.aten.sort" in cand.source
+    assert dict(cand.origin)["coverage_bytes"] < 1.0
+    assert proposer.fusion_points  # the GEMM's relu*2 chain can be fused or split
+    families = {g.family for g in proposer.groups({p: True for p in proposer.fusion_points})}
+    assert {"gemm", "row"} <= families
+
+
+def test_sampling_is_reproducible_and_space_is_counted(tmp_path):
+    problem = _problem(tmp_path, "odd_chain")
+    a = [c.hash for c in OfflineProposer(problem).propose(5, seed=3)]
+    b = [c.hash for c in OfflineProposer(problem).propose(5, seed=3)]
+    c = [c.hash for c in OfflineProposer(problem).propose(5, seed=4)]
+    assert a == b and a != c
+    proposer = OfflineProposer(problem)
+    assert proposer.space_size() == sum(1 for _ in proposer.enumerate())
+
+
+def test_fusion_move_flips_structure(tmp_path):
+    import random
+
+    proposer = OfflineProposer(_problem(tmp_path, "linear_softmax_sort"))
+    point = proposer.fusion_points[0]
+    fused = proposer.groups({point: True})
+    split = proposer.groups({point: False})
+    assert len(split) == len(fused) + 1  # the epilogue becomes its own elementwise kernel
+    moves = proposer.neighbours(proposer.default_choice(), random.Random(0), k=30)
+    assert any(dict(m.fuse)[point] is False for m in moves)
+
+
+def test_problem_that_cannot_be_captured_gets_a_clear_message(tmp_path):
+    path = tmp_path / "data_dependent.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x * 2
+                return x
+        def get_inputs():
+            return [torch.randn(8)]
+        def get_init_inputs():
+            return []
+    '''))
+    with pytest.raises(ProblemError, match="could not be captured"):
+        OfflineProposer(Problem.load(path))
+
+
+def _suite_names():
+    from workbench.problems import builtin_names
+
+    return builtin_names()
+
+
+@pytest.mark.parametrize("name", _suite_names())
+def test_every_suite_problem_gets_a_correct_candidate(cpu, name):
+    """The default point of each built-in problem's space, at small sizes, through the ladder's correctness stage."""
+    from test_suite import SMALL
+
+    problem = Problem.load(name, SMALL[name])
+    proposer = OfflineProposer(problem)
+    cand = proposer.render(proposer.default_choice())
+    ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+    assert ev.ok and ev.fidelity == "correctness", (name, [(s.name, s.reason) for s in ev.stages])
