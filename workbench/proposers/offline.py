@@ -23,7 +23,9 @@ from .partition import Group, fusion_points, partition
 from .render import render_module
 
 
-FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", "GemmFamily"),
+# family name -> (module in workbench.kernels, class); a module with space/check/render/default functions is itself
+# the family when the class is None
+FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", None),
             "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily"), "col": ("reduce", "ColReduceFamily"),
             "permute": ("memory", "PermuteFamily"), "gather": ("memory", "GatherFamily")}
 
@@ -32,7 +34,8 @@ def family(name: str):
     import importlib
 
     module, cls = FAMILIES[name]
-    return getattr(importlib.import_module(f"workbench.kernels.{module}"), cls)()
+    mod = importlib.import_module(f"workbench.kernels.{module}")
+    return mod if cls is None else getattr(mod, cls)()
 
 
 @dataclasses.dataclass(frozen=True)
