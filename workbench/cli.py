@@ -4,6 +4,8 @@
     workbench problems show PROBLEM [--set NAME=VALUE ...] [--json]
     workbench eval PROBLEM CANDIDATE [--device auto|cuda|cpu] [--set ...] [--up-to STAGE] [--json]
     workbench propose PROBLEM [--set ...] [--n K] [--seed S] --out DIR
+    workbench search PROBLEM [--strategy greedy|beam|evolutionary|mcts] [--device auto|cuda|cpu|replay]
+                     [--budget-gpu-s N] [--steps N] [--seed N] [--search-id ID] [--json]
     workbench demo [--device auto|cuda|cpu]
 
 PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
@@ -137,6 +139,47 @@ def cmd_propose(args) -> int:
     return 0
 
 
+def _search_device(args):
+    from .devices import get_device
+    from .devices.replay import ReplayDevice
+
+    if args.device != "replay":
+        return get_device(args.device)
+    data = args.replay_data or [str(p) for p in sorted(Path(__file__).resolve().parents[1].glob("results/datasets/*.sqlite"))]
+    if not data:
+        raise ValueError("the replay device needs recorded measurements: pass --replay-data STORE.sqlite "
+                         "(a store written by evaluations on a real GPU)")
+    return ReplayDevice.from_paths(data)
+
+
+def cmd_search(args) -> int:
+    from .harness.budget import Budget
+    from .search import Search
+
+    problem = _load_problem(args)
+    device = _search_device(args)
+    try:
+        search = Search(problem, device, strategy=args.strategy, budget=Budget(args.budget_gpu_s, args.budget_wall_s),
+                        store=_open_store(args), seed=args.seed, per_step=args.per_step, search_id=args.search_id)
+
+        def progress(r):
+            if not args.json:
+                best = r.best["speedup_vs_eager"] if r.best else None
+                print(f"step {r.step:3d}  evaluated {len(r.nodes)}  GPU-s {r.gpu_seconds:8.2f}  best "
+                      f"{'-' if best is None else f'{best:.3g}x eager'}" + (f"  [{r.stopped}]" if r.stopped else ""),
+                      flush=True)
+
+        search.run(args.steps, progress=progress)
+    finally:
+        device.close()
+    report = search.report()
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print(json.dumps(report, indent=1, default=str))
+    return 0
+
+
 def cmd_demo(args) -> int:
     """The main job until the search exists: the ladder over the shipped example candidates."""
     from .candidate import Candidate
@@ -161,6 +204,16 @@ def cmd_demo(args) -> int:
         print(f"GPU budget spent: {ladder.budget.gpu_spent:.2f} s")
     finally:
         device.close()
+    return 0
+
+
+def cmd_profile(args) -> int:
+    """Static reading and roofline verdict always; counters and expert findings where a GPU with ncu is present."""
+    from .profiling import format_report, profile_candidate
+
+    report = profile_candidate(_load_problem(args), args.candidate, device=args.device, ms=args.ms,
+                               counters=not args.no_counters, asm_dir=args.asm_dir)
+    print(json.dumps(report, default=str) if args.json else format_report(report))
     return 0
 
 
@@ -193,6 +246,33 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("--seed", type=int, default=0)
     prop.add_argument("--out", required=True, help="directory for the candidate files")
     prop.set_defaults(func=cmd_propose)
+
+    srch = sub.add_parser("search", help="search a problem's kernel space under a GPU budget")
+    _problem_args(srch)
+    srch.add_argument("--strategy", default="greedy", choices=["greedy", "beam", "evolutionary", "mcts"])
+    srch.add_argument("--device", default="auto", help="auto, cuda, cuda:N, cpu or replay")
+    srch.add_argument("--replay-data", action="append", default=[], help="store(s) of recorded GPU measurements")
+    srch.add_argument("--budget-gpu-s", type=float, default=60.0)
+    srch.add_argument("--budget-wall-s", type=float, default=None)
+    srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")
+    srch.add_argument("--per-step", type=int, default=4, help="candidates evaluated per step")
+    srch.add_argument("--seed", type=int, default=0)
+    srch.add_argument("--search-id", default=None, help="name the search to save its events and resume it")
+    srch.add_argument("--store", default=None)
+    srch.add_argument("--no-store", action="store_true")
+    srch.add_argument("--json", action="store_true")
+    srch.set_defaults(func=cmd_search)
+
+    prof = sub.add_parser("profile", help="static reading, roofline verdict, counters (GPU + ncu) and findings")
+    _problem_args(prof)
+    prof.add_argument("candidate", help="a .py file defining ModelNew")
+    prof.add_argument("--device", default="auto", help="auto (counters when a GPU and ncu are present), cpu, cuda:N")
+    prof.add_argument("--ms", type=float, default=None, help="a measured time for the roofline verdict (else the "
+                                                              "floor's verdict, unmeasured)")
+    prof.add_argument("--no-counters", action="store_true", help="skip Nsight Compute even on a GPU")
+    prof.add_argument("--asm-dir", default=None, help="write each kernel's PTX and SASS to this directory")
+    prof.add_argument("--json", action="store_true", help="print one JSON object")
+    prof.set_defaults(func=cmd_profile)
 
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")

@@ -4,8 +4,13 @@ from __future__ import annotations
 from .local import LocalDevice, NoGPUError, cuda_gpu_count
 
 
-def get_device(spec: str = "auto", **kw) -> LocalDevice:
-    """'auto' (a GPU when one is visible, else the CPU), 'cuda', 'cuda:N' or 'cpu'."""
+def get_device(spec: str = "auto", **kw):
+    """'auto' (a GPU when one is visible, else the CPU), 'cuda', 'cuda:N', 'cpu', or 'ray' / 'ray:ADDRESS' (a Ray
+    cluster's GPUs; the address defaults to $WORKBENCH_RAY_ADDRESS or $RAY_ADDRESS, else a local cluster)."""
+    if spec == "ray" or spec.startswith("ray:"):
+        from .ray_device import RayDevice  # ray is an optional dependency: imported only when asked for
+
+        return RayDevice(address=spec[4:] or None, **kw)
     if spec == "auto":
         return LocalDevice("cuda", **kw) if cuda_gpu_count() > 0 else LocalDevice("cpu", **kw)
     if spec.startswith("cuda"):
@@ -13,7 +18,7 @@ def get_device(spec: str = "auto", **kw) -> LocalDevice:
         return LocalDevice("cuda", gpu_index=index, **kw)
     if spec == "cpu":
         return LocalDevice("cpu", **kw)
-    raise ValueError(f"unknown device '{spec}' (expected auto, cuda, cuda:N or cpu)")
+    raise ValueError(f"unknown device '{spec}' (expected auto, cuda, cuda:N, cpu, ray or ray:ADDRESS)")
 
 
 __all__ = ["LocalDevice", "NoGPUError", "cuda_gpu_count", "get_device"]

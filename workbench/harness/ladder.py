@@ -126,7 +126,7 @@ class Ladder:
     def _run(self, problem: Problem, path, stages: list[str], ev: Evaluation) -> bool:
         """Run device stages under the budget; True when all passed."""
         why = self.budget.exhausted()
-        if why and self.device.kind == "cuda":
+        if why and self.device.kind in ("cuda", "replay"):
             ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}"))
             return False
         options: dict[str, Any] = {"seeds": self.seeds, "tolerance": self.tolerance,

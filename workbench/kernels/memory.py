@@ -198,7 +198,7 @@ class PermuteFamily:
         if plan.kind == "copy":
             lead = plan.perm[:-1]  # merged input axes of the output's leading dims, in output order
             k = len(lead)
-            # output row r -> (o_0, .., o_{k-1}) over the output's leading sizes; source row offset = sum o_j * s_{lead_j}
+            # output row r -> (o_0, .., o_{k-1}) over the output's leading sizes; source offset = sum o_j * s_{lead_j}
             params = ["x_ptr", "out_ptr", "R", "L"] + [f"d{j}" for j in range(1, k)] + [f"s{j}" for j in range(k)]
             lines = ["@triton.jit",
                      f"def {name}_kernel({', '.join(params)}, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr):",

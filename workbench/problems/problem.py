@@ -69,8 +69,9 @@ class Problem:
     @property
     def key(self) -> str:
         """Identity of the problem at these sizes: name plus a hash of the effective source."""
-        # hashed on the syntax tree, so comments, formatting and an override equal to the default change nothing
-        return f"{self.name}@{source_hash(ast.dump(ast.parse(self.source)) + '|' + self.policy)}"
+        # hashed on the unparsed syntax tree: comments, formatting and an override equal to the default change nothing
+        # (ast.dump is not used: its output differs between Python versions, ast.unparse's text does not)
+        return f"{self.name}@{source_hash(ast.unparse(ast.parse(self.source)) + '|' + self.policy)}"
 
     @property
     def policy(self) -> str:

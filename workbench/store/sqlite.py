@@ -85,6 +85,13 @@ CREATE TABLE IF NOT EXISTS evaluations (
     created_at         TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS evaluations_lookup ON evaluations(problem_key, candidate_hash, device);
+CREATE TABLE IF NOT EXISTS search_events (
+    search_id  TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (search_id, seq)
+);
 """
 
 
@@ -265,6 +272,23 @@ class Store:
         except sqlite3.IntegrityError as e:
             raise ValueError(f"cannot store evaluation of {evaluation.candidate_hash} on {evaluation.problem}: {e} "
                              "(put_problem and put_candidate first)") from e
+
+    def put_search_event(self, search_id: str, seq: int, event: dict[str, Any]) -> None:
+        """Append one event of a search (idempotent per (search, seq)): a killed search resumes from these."""
+        row = (search_id, seq, _json(event), _now())
+        self._write(lambda conn: conn.execute(
+            "INSERT OR IGNORE INTO search_events (search_id, seq, event, created_at) VALUES (?, ?, ?, ?)", row))
+
+    def search_events(self, search_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute("SELECT event FROM search_events WHERE search_id = ? ORDER BY seq",
+                                      (search_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def candidate_source(self, candidate_hash: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT source FROM candidates WHERE hash = ?", (candidate_hash,)).fetchone()
+        return row[0] if row else None
 
     # ---- reads ----
     def find_evaluation(self, problem_key: str, candidate_hash: str, device: str, fidelity: str, *,

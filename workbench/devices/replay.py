@@ -1,0 +1,102 @@
+"""The replay device: answers GPU ladder stages from recorded real measurements, never from a model.
+
+It reads evaluations recorded on a real GPU (`recorded_device`, e.g. "cuda:NVIDIA H200") from a store: the working
+store, plus any datasets given as other store files. A candidate is matched by its exact source (content hash) and
+problem key; a stage that was never measured for it is answered "refused: not measured", never with an invented
+number. Recorded GPU-seconds are charged as they were spent, so budgets mean the same as on the GPU. The compile stage
+runs for real on the CPU (it needs no GPU).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..candidate import content_hash
+from ..harness.records import REFUSED, STAGES, StageRecord
+from ..problems.problem import Problem
+
+NOT_MEASURED = ("not measured: no recorded {gpu} measurement of this candidate at this stage (replay answers only "
+                "from real measurements)")
+
+
+class ReplayDevice:
+    kind = "replay"
+
+    def __init__(self, stores: list[Any], recorded_device: str = "cuda:NVIDIA H200", compile_device=None):
+        if not stores:
+            raise ValueError("the replay device needs at least one store of recorded measurements")
+        self.stores = stores
+        self.recorded_device = recorded_device
+        self._compile_device = compile_device
+        self.answered = 0
+        self.not_measured = 0
+
+    @classmethod
+    def from_paths(cls, paths: list[str | Path], **kw) -> "ReplayDevice":
+        from ..store import Store
+
+        missing = [str(p) for p in paths if not Path(p).exists()]
+        if missing:
+            raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
+        return cls([Store(p) for p in paths], **kw)
+
+    @property
+    def name(self) -> str:
+        return f"replay:{self.recorded_device}"
+
+    @property
+    def gpu_name(self) -> str:
+        return self.recorded_device.split(":", 1)[-1]
+
+    @property
+    def timeouts(self) -> dict[str, float]:
+        return {}
+
+    def provenance(self) -> dict[str, Any]:
+        from .. import HARNESS_VERSION
+
+        return {"device": self.name, "replay_of": self.recorded_device, "harness_version": HARNESS_VERSION}
+
+    def close(self) -> None:
+        if self._compile_device is not None:
+            self._compile_device.close()
+
+    def _recorded(self, problem: Problem, source_hash: str, stage: str):
+        for store in self.stores:
+            ev = store.find_evaluation(problem.key, source_hash, self.recorded_device, stage)
+            if ev is not None:
+                return ev
+        return None
+
+    def compile(self, problem: Problem, cand_path) -> StageRecord:
+        h = content_hash(Path(cand_path).read_text())
+        ev = self._recorded(problem, h, "compile")
+        rec = ev.stage("compile") if ev is not None else None
+        if rec is not None:
+            return rec
+        if self._compile_device is None:
+            from .local import LocalDevice
+
+            self._compile_device = LocalDevice("cpu")
+        return self._compile_device.compile(problem, cand_path)
+
+    def run_stages(self, problem: Problem, cand_path, stages: list[str],
+                   options: dict[str, Any] | None = None) -> list[StageRecord]:
+        h = content_hash(Path(cand_path).read_text())
+        out: list[StageRecord] = []
+        for stage in stages:
+            ev = self._recorded(problem, h, stage)
+            rec = ev.stage(stage) if ev is not None else None
+            if rec is None:
+                failed = ev.stages[-1] if ev is not None and ev.stages and not ev.stages[-1].ok else None
+                if failed is not None and STAGES.index(failed.name) < STAGES.index(stage):
+                    out.append(failed)  # it failed earlier on the GPU: that is the recorded answer
+                else:
+                    self.not_measured += 1
+                    out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name)))
+                break
+            self.answered += 1
+            out.append(StageRecord.from_dict({**rec.to_dict(), "data": {**rec.data, "replayed": True}}))
+            if not rec.ok:
+                break
+        return out

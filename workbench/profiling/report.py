@@ -1,0 +1,204 @@
+"""`profile_candidate`: everything the profiler can say about one candidate, on whatever machine this is.
+
+Always (CPU, no GPU): the candidate's kernels compiled for sm_90 in a CPU worker, as the compile stage does, with
+their PTX and SASS read (`static_reading`), and the roofline verdict from the problem's counts and the measured
+ceilings. With a GPU and Nsight Compute: the hardware counters too. The expert tools the verdict picks then turn all
+of it into findings. What could not be collected is said, with the reason, never filled in.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .experts import H200_SMS, diagnose
+from .findings import ProfilerUnavailable, moves, render
+from .roofline import classify, tools_for
+from .static_reading import read_kernel, read_static
+
+DEFAULT_GPU = "NVIDIA H200"  # the sm_90 target the compile stage builds for
+
+
+def _cuobjdump_sass(cubin: bytes) -> str | None:
+    from ..harness.compile import _cuobjdump
+
+    tool = _cuobjdump()
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, timeout=120).stdout
+
+
+def _grid(grid: Any, fn: Any, args: tuple, kwargs: dict) -> list[int] | None:
+    try:
+        if callable(grid):
+            meta = dict(zip(getattr(fn, "arg_names", []), args))
+            meta.update(kwargs)
+            grid = grid(meta)
+        dims = [int(g) for g in grid] + [1] * (3 - len(grid))
+        return dims[:3]
+    except Exception:  # a grid we cannot evaluate on meta tensors: the tail tool then waits for counters
+        return None
+
+
+def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_dir: str | None = None) -> dict:
+    """Worker-side: the compile stage's probe, with each kernel's grid, PTX and SASS read in the worker (the text
+    stays here unless `asm_dir` asks for it on disk)."""
+    from triton.runtime.jit import JITFunction
+
+    from ..harness import compile as compile_stage
+
+    last: dict[str, Any] = {}
+    orig_run, orig_describe = JITFunction.run, compile_stage._describe
+
+    def run(self, *args, grid=None, warmup=False, **kwargs):
+        last["grid"] = _grid(grid, self, args, kwargs)
+        return orig_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    def describe(kernel, name, launch_kwargs):
+        info = orig_describe(kernel, name, launch_kwargs)
+        info["grid"] = last.get("grid")
+        try:  # a reading that fails must not look like the candidate's compile error
+            ptx, sass = kernel.asm.get("ptx", ""), _cuobjdump_sass(kernel.asm["cubin"])
+            info["static"] = read_kernel(info, ptx=ptx, sass=sass)
+        except Exception as e:
+            info["static_error"] = f"{type(e).__name__}: {e}"
+            return info
+        if asm_dir:
+            stem = Path(asm_dir) / f"{name}_{len(os.listdir(asm_dir))}"
+            stem.with_suffix(".ptx").write_text(ptx)
+            if sass:
+                stem.with_suffix(".sass").write_text(sass)
+        return info
+
+    if asm_dir:
+        os.makedirs(asm_dir, exist_ok=True)
+    # compile_stage.probe saves JITFunction.run (ours) as its original and calls it with warmup=True
+    JITFunction.run, compile_stage._describe = run, describe
+    try:
+        return compile_stage.probe(progress, problem, cand_path)
+    finally:
+        JITFunction.run, compile_stage._describe = orig_run, orig_describe
+
+
+def _gpu_name() -> str | None:
+    from ..devices.local import cuda_gpu_count
+
+    if cuda_gpu_count() == 0:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout
+        return out.splitlines()[0].strip() or None
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "auto", ms: float | None = None,
+                      counters: bool = True, tools: list[str] | None = None, asm_dir: str | None = None,
+                      timeout: float = 300.0) -> dict[str, Any]:
+    """Static reading, roofline verdict, counters where a GPU with ncu is present, and the expert findings.
+    `ms`: a measured time for the roofline (else the floor's verdict); `device`: auto, cpu (no counters), cuda[:N]."""
+    from ..devices import ceilings as ceilings_mod
+    from ..devices.worker import Worker
+    from ..harness import compile as compile_stage
+    from ..problems.analysis import count
+    from . import ncu
+
+    cand = Path(candidate_path).resolve()
+    worker = Worker({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}, name="profile-compile")
+    answer: dict[str, Any] = {}
+
+    def compile_in_worker():
+        t0 = time.perf_counter()
+        try:
+            answer["result"] = worker.call("workbench.profiling.report:probe", timeout,
+                                           problem=(problem.path, problem.overrides, problem.precision),
+                                           cand_path=str(cand), asm_dir=asm_dir)
+        finally:
+            answer["seconds"] = time.perf_counter() - t0
+            worker.stop()
+
+    # the worker's start-up (torch, triton) overlaps the counting of the problem here
+    thread = threading.Thread(target=compile_in_worker, daemon=True)
+    thread.start()
+    try:
+        counts = count(problem)
+    finally:
+        thread.join()
+    record = compile_stage.judge(answer["result"], answer["seconds"])
+    static = read_static(record.data.get("kernels", []))
+    notes: list[str] = []
+    gpu = _gpu_name() if device != "cpu" else None
+    ceil = ceilings_mod.load(gpu) if gpu else None
+    if ceil is None:
+        ceil = ceilings_mod.load(DEFAULT_GPU)
+        if gpu:
+            notes.append(f"no measured ceilings for {gpu}; the roofline uses {DEFAULT_GPU}'s")
+    verdict = None
+    if ceil is None:
+        notes.append("no measured ceilings (results/ceilings/): no roofline verdict")
+    else:
+        try:
+            verdict = classify(counts.flops, counts.min_bytes, ms, ceil, counts.compute_dtype)
+        except KeyError as e:
+            notes.append(f"no roofline verdict: {e.args[0]}")
+
+    metrics: dict[str, dict] = {}
+    if not counters or device == "cpu":
+        counter_note = "counters not requested" if not counters else \
+            "counters skipped (--device cpu): hardware counters need a GPU with Nsight Compute (ncu)"
+    elif record.verdict == "fail":
+        counter_note = "counters skipped: the candidate failed the compile stage"
+    else:
+        try:
+            index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
+            metrics = ncu.collect(problem, cand, gpu_index=index)
+            counter_note = f"collected with ncu for {len(metrics)} kernel(s)"
+        except (ProfilerUnavailable, ncu.ProfilingFailed) as e:
+            counter_note = f"counters unavailable: {e}"
+    sm_count = int((ceil or {}).get("sm_count") or H200_SMS)
+    findings = diagnose(metrics, static, counts, verdict, tools, sm_count=sm_count)
+    return {
+        "problem": problem.name, "candidate": str(cand),
+        "compile": {"verdict": record.verdict, "reason": record.reason},
+        "counts": {"flops": counts.flops, "min_bytes": counts.min_bytes, "eager_bytes": counts.eager_bytes,
+                   "compute_dtype": counts.compute_dtype},
+        "roofline": verdict.to_dict() if verdict else None,
+        "tools": tools if tools is not None else tools_for(verdict) if verdict else None,
+        "static": static,
+        "counters": {"available": bool(metrics), "reason": counter_note, "metrics": metrics},
+        "findings": [f.to_dict() for f in findings], "moves": moves(findings),
+        "summary": render(findings), "notes": notes,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as text for a terminal."""
+    lines = [f"{r['problem']} / {Path(r['candidate']).name}: compile {r['compile']['verdict']} "
+             f"({r['compile']['reason']})"]
+    v = r.get("roofline")
+    if v:
+        lines.append(f"roofline on {v['device']}: {v['bound']}-bound ({v['reason']})")
+    for k in r["static"]["kernels"]:
+        a, occ = k["access"], k["occupancy"]
+        loads = ", ".join(f"{b}-bit x{n}" for b, n in a.get("global_loads", {}).items()) or "-"
+        lines.append(f"  {k['kernel']}: {k['threads']} threads, {k['registers']} regs, {k['shared_bytes']} B shared, "
+                     f"occupancy {_pct(occ['occupancy'])} ({occ['limiter']}), grid {k['blocks'] or '?'} blocks, "
+                     f"global loads [{loads}] ({a['source']}), tensor cores {k['tensor_cores'] or 'none'}, "
+                     f"spills {'yes' if k['spills'] else 'none'}")
+    lines.append(f"counters: {r['counters']['reason']}")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
+    lines.append("findings:")
+    lines.append(r["summary"])
+    return "\n".join(lines)

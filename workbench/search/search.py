@@ -1,0 +1,180 @@
+"""`Search`: the object a notebook holds, stepping a kernel search cell by cell or running it headless.
+
+One `step()`: the strategy proposes up to `per_step` points of the proposer's space (the first step evaluates the
+proposer's default point as the root), each is rendered to a candidate and climbs the ladder (quick timing for all,
+full timing for the ones the promotion policy picks), the tree, the memory and the strategy learn from the outcome,
+and an event is emitted (to `events`, to listeners such as widgets, and to the store). The budget stops the search
+at a GPU-seconds limit or a wall-clock limit.
+
+Resume: a search with a `search_id` and a store appends its events there; a new `Search` with the same id and
+configuration replays them to rebuild the tree and the memory, and the ladder answers stored evaluations from the
+store, so nothing measured is measured again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from typing import Any, Callable
+
+from ..harness.budget import Budget
+from ..harness.ladder import Ladder, PromotionPolicy
+from ..problems.problem import Problem
+from ..proposers.offline import Choice, OfflineProposer
+from . import strategies
+from .memory import Attempt, SearchMemory
+from .tree import Node, Tree
+
+
+@dataclasses.dataclass
+class StepReport:
+    step: int
+    nodes: list[dict[str, Any]]
+    gpu_seconds: float
+    best: dict[str, Any] | None
+    stopped: str | None = None
+
+
+class Search:
+    def __init__(self, problem: Problem, device, strategy: str | strategies.Strategy = "greedy",
+                 proposer: OfflineProposer | None = None, budget: Budget | None = None, store=None, seed: int = 0,
+                 per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None):
+        self.problem = problem
+        self.device = device
+        self.proposer = proposer or OfflineProposer(problem)
+        self.strategy = strategies.make(strategy) if isinstance(strategy, str) else strategy
+        self.budget = budget or Budget()
+        self.store = store
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.per_step = per_step
+        self.ladder = Ladder(device, store=store, policy=policy, budget=self.budget)
+        self.tree = Tree()
+        self.memory = SearchMemory()
+        self.events: list[dict[str, Any]] = []
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.steps = 0
+        self.search_id = search_id
+        if search_id and store is not None:
+            self._resume(store.search_events(search_id))
+
+    # ---- the loop ----
+    def step(self) -> StepReport:
+        stopped = self.budget.exhausted()
+        if stopped:
+            return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), stopped)
+        if self.tree.root is None:
+            proposals = [(None, "root", self.proposer.default_choice())]
+        else:
+            proposals = self.strategy.propose(self, self.per_step)
+        if not proposals:
+            return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), "space exhausted")
+        nodes = []
+        for parent, move, choice in proposals:
+            if self.budget.exhausted():
+                break
+            nodes.append(self._evaluate(parent, move, choice))
+        self.steps += 1
+        self._emit({"type": "step", "step": self.steps, "gpu_seconds": self.budget.gpu_spent,
+                    "best": self.best_summary()})
+        return StepReport(self.steps, [n.summary() for n in nodes], self.budget.gpu_spent, self.best_summary(),
+                          self.budget.exhausted())
+
+    def run(self, steps: int | None = None, progress: Callable[[StepReport], None] | None = None) -> Node | None:
+        done = 0
+        while steps is None or done < steps:
+            report = self.step()
+            done += 1
+            if progress:
+                progress(report)
+            if report.stopped:
+                break
+        return self.best
+
+    def _evaluate(self, parent: int | None, move: str, choice: Choice) -> Node:
+        cand = self.proposer.render(choice)
+        node = self.tree.add(parent, move, choice, cand.hash)
+        t0 = time.perf_counter()
+        ev = self.ladder.evaluate(self.problem, cand)
+        self._apply(node, ev.summary())
+        parent_speedup = self.tree.nodes[parent].speedup if parent is not None else None
+        self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
+                                   move, node.status, node.stage, node.speedup, node.reason), parent_speedup)
+        self.strategy.observe(self, node)
+        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move, "choice": choice.to_dict(),
+                    "candidate": cand.hash, "summary": {k: v for k, v in ev.summary().items() if k != "stages"},
+                    "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
+                    "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
+        return node
+
+    @staticmethod
+    def _status(summary: dict[str, Any], last: dict[str, Any] | None) -> str:
+        if last is None:
+            return "failed"
+        if last["verdict"] == "fail":
+            return "failed"
+        if summary.get("speedup_vs_eager"):
+            return "measured"
+        return "refused" if last["verdict"] == "refused" else "passed"
+
+    def _apply(self, node: Node, summary: dict[str, Any], last: dict[str, Any] | None = None) -> None:
+        last = last or (summary["stages"][-1] if summary.get("stages") else None)
+        node.status = self._status(summary, last)
+        node.stage = last["name"] if last else ""
+        node.reason = last["reason"] if last else ""
+        node.speedup = summary.get("speedup_vs_eager")
+        node.speedup_vs_compile = summary.get("speedup_vs_compile")
+        node.candidate_ms = summary.get("candidate_ms")
+        node.fidelity = summary.get("fidelity", "")
+
+    # ---- events, persistence ----
+    def _emit(self, event: dict[str, Any]) -> None:
+        event = {"seq": len(self.events), **event}
+        self.events.append(event)
+        if self.store is not None and self.search_id:
+            self.store.put_search_event(self.search_id, event["seq"], json.loads(json.dumps(event, default=str)))
+        for listener in self.listeners:
+            listener(event)
+
+    def _resume(self, events: list[dict[str, Any]]) -> None:
+        """Rebuild tree, memory and strategy statistics from stored events (no evaluation is re-run)."""
+        for e in events:
+            if e["type"] == "node":
+                choice = Choice(tuple(sorted(e["choice"]["fuse"].items())),
+                                tuple((g, json.dumps(c, sort_keys=True)) for g, c in e["choice"]["configs"].items()))
+                node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
+                self._apply(node, e["summary"], e["last_stage"])
+                parent_speedup = self.tree.nodes[e["parent"]].speedup if e["parent"] is not None else None
+                self.memory.record(Attempt(node.candidate, None, node.move, node.status, node.stage, node.speedup,
+                                           node.reason), parent_speedup)
+                self.tree.backpropagate(node)
+            elif e["type"] == "step":
+                self.steps = e["step"]
+        self.events = list(events)
+        for e in events:
+            if "gpu_seconds" in e:
+                self.budget.spent["resumed"] = e["gpu_seconds"]
+
+    # ---- what a notebook reads ----
+    @property
+    def best(self) -> Node | None:
+        return self.tree.best()
+
+    def best_summary(self) -> dict[str, Any] | None:
+        b = self.best
+        return None if b is None else {"nid": b.nid, "candidate": b.candidate, "speedup_vs_eager": b.speedup,
+                                       "speedup_vs_compile": b.speedup_vs_compile, "candidate_ms": b.candidate_ms,
+                                       "fidelity": b.fidelity}
+
+    def table(self):
+        return self.tree.to_frame()
+
+    def report(self) -> dict[str, Any]:
+        nodes = list(self.tree.nodes.values())
+        return {"problem": self.problem.key, "strategy": self.strategy.name, "device": self.device.name,
+                "seed": self.seed, "steps": self.steps, "best": self.best_summary(),
+                "gpu_seconds": self.budget.gpu_spent, "evaluations": self.budget.report()["by_stage"],
+                "candidates": len(nodes), "by_status": {s: sum(n.status == s for n in nodes)
+                                                        for s in sorted({n.status for n in nodes})},
+                "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes), "surrogate": None}

@@ -1,0 +1,108 @@
+"""The search tree: one node per proposed candidate, with its outcome and the statistics tree policies need."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+# A failed candidate's reward: below any plausible slowdown (log2 speedup of -2 is 4x slower than eager).
+FAIL_REWARD = -3.0
+
+
+@dataclasses.dataclass
+class Node:
+    nid: int
+    parent: int | None
+    move: str
+    choice: Any  # the proposer's point (OfflineProposer Choice)
+    candidate: str  # content hash
+    depth: int = 0
+    status: str = "pending"  # pending, measured, failed, refused, skipped
+    stage: str = ""  # last stage reached
+    reason: str = ""
+    speedup: float | None = None  # vs eager (full timing when reached, else quick)
+    speedup_vs_compile: float | None = None
+    candidate_ms: float | None = None
+    fidelity: str = ""
+    visits: int = 0
+    value_sum: float = 0.0
+    prior: float = 1.0
+    children: list[int] = dataclasses.field(default_factory=list)
+    dead: bool = False
+
+    @property
+    def reward(self) -> float | None:
+        if self.status == "measured" and self.speedup:
+            return math.log2(self.speedup)
+        if self.status == "failed":
+            return FAIL_REWARD
+        return None  # refused / skipped / pending: nothing learned
+
+    @property
+    def q(self) -> float:
+        return self.value_sum / self.visits if self.visits else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("choice", "children")}
+
+
+class Tree:
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        self.by_choice: dict[Any, int] = {}
+
+    def add(self, parent: int | None, move: str, choice: Any, candidate: str) -> Node:
+        nid = len(self.nodes)
+        depth = self.nodes[parent].depth + 1 if parent is not None else 0
+        node = Node(nid, parent, move, choice, candidate, depth)
+        self.nodes[nid] = node
+        self.by_choice.setdefault(choice, nid)
+        if parent is not None:
+            self.nodes[parent].children.append(nid)
+        return node
+
+    @property
+    def root(self) -> Node | None:
+        return self.nodes.get(0)
+
+    def seen(self, choice: Any) -> bool:
+        return choice in self.by_choice
+
+    def measured(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.status == "measured" and n.speedup]
+
+    def best(self) -> Node | None:
+        m = self.measured()
+        return max(m, key=lambda n: (n.fidelity == "full_timing", n.speedup)) if m else None
+
+    def ranked(self) -> list[Node]:
+        return sorted(self.measured(), key=lambda n: -n.speedup)
+
+    def path(self, nid: int) -> list[Node]:
+        out = []
+        cur: int | None = nid
+        while cur is not None:
+            out.append(self.nodes[cur])
+            cur = self.nodes[cur].parent
+        return out
+
+    def backpropagate(self, node: Node) -> None:
+        r = node.reward
+        if r is None:
+            return
+        for n in self.path(node.nid):
+            n.visits += 1
+            n.value_sum += r
+        self._prune(node)
+
+    def _prune(self, node: Node) -> None:
+        """A subtree that only fails is a dead end: a failed node whose children are all dead is dead."""
+        for n in self.path(node.nid):
+            kids = [self.nodes[c] for c in n.children]
+            if n.status == "failed" and all(k.dead for k in kids):
+                n.dead = True
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([n.summary() for n in self.nodes.values()])
