@@ -129,8 +129,9 @@ class _Pool:
         self.errors: list[str] = []
         self.replaced = 0
         refs = [self._spawn(i) for i in range(size)]
+        deadline = time.monotonic() + start_timeout  # one deadline for all: they start in parallel
         for i, ref in enumerate(refs):
-            self._await(i, self.actors[i], ref)
+            self._await(i, self.actors[i], ref, max(1.0, deadline - time.monotonic()))
         if not self.live:
             raise RuntimeError("no Ray actor started: " + "; ".join(self.errors))
 
@@ -138,9 +139,9 @@ class _Pool:
         self.actors[i] = self.make()
         return self.actors[i].ready.remote(*self.warm)
 
-    def _await(self, i: int, actor, ref) -> None:
+    def _await(self, i: int, actor, ref, timeout: float | None = None) -> None:
         try:
-            meta = self.ray.get(ref, timeout=self.start_timeout)
+            meta = self.ray.get(ref, timeout=timeout or self.start_timeout)
         except Exception as e:  # unschedulable (e.g. its node is gone) or failed to start: the slot is given up
             _kill(self.ray, actor)
             with self.cond:
@@ -235,29 +236,28 @@ class RayDevice:
             self.close()
             raise ValueError(f"the pool mixes devices {sorted(names)}: select one with actor_options, e.g. "
                              "{'accelerator_type': ...}, so that stored results name one device")
+        # the identity is fixed at start: a pool that later loses actors must not rename the device in the store
+        self._identity = self._pool.meta[min(self._pool.meta)]
         self._running: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    # ---- identity and provenance (those of the pool's LocalDevices) ----
-    def _first(self) -> dict[str, Any]:
-        meta = self._pool.meta
-        return meta[min(meta)] if meta else {"info": {}, "name": self.kind, "gpu_name": None, "provenance": {}}
-
+    # ---- identity and provenance: those of the pool's LocalDevices, plus where they run ----
     @property
     def info(self) -> dict[str, Any]:
-        return {**self._first()["info"], "executor": "ray", "workers": len(self._pool.actors)}
+        return {**self._identity["info"], "executor": "ray", "workers": len(self._pool.actors)}
 
     @property
     def name(self) -> str:
-        return self._first()["name"]
+        return self._identity["name"]
 
     @property
     def gpu_name(self) -> str | None:
-        return self._first()["gpu_name"]
+        return self._identity["gpu_name"]
 
     def provenance(self) -> dict[str, Any]:
-        nodes = sorted({m["node"] for m in self._pool.meta.values()})
-        return {"device": self.name, "harness_version": HARNESS_VERSION, **self._first()["provenance"],
+        with self._pool.cond:
+            nodes = sorted({m["node"] for m in self._pool.meta.values()})
+        return {"device": self.name, "harness_version": HARNESS_VERSION, **self._identity["provenance"],
                 "executor": "ray", "ray_address": self.address or "local", "ray_nodes": nodes}
 
     def running(self) -> list[dict[str, Any]]:
@@ -304,7 +304,8 @@ class RayDevice:
             try:
                 out.append(f.result())
             except Exception as e:
-                out.append([_failed(stage, f"driver error: {type(e).__name__}: {_short(e)}", 0.0, False, "driver_error")])
+                reason = f"driver error: {type(e).__name__}: {_short(e)}"
+                out.append([_failed(stage, reason, 0.0, False, "driver_error")])
         return out
 
     def _call(self, pool: _Pool, method: str, problem: Problem, cand_path: str | Path, extra: tuple, stage: str,
@@ -329,14 +330,15 @@ class RayDevice:
                 pool.replace(i)
                 return [_failed(stage, f"timed out: no answer from the Ray actor within {timeout + self.grace_s:.0f} "
                                        "s; actor killed and replaced", wall, on_gpu, "timeout")]
-            lost = type(e).__name__ in LOST_ERRORS or any(c.__name__ in LOST_ERRORS for c in type(e).__mro__)
-            if lost or not isinstance(e, ray.exceptions.RayTaskError):
-                pool.replace(i)  # its state is unknown: start afresh
+            lost = any(c.__name__ in LOST_ERRORS for c in type(e).__mro__)
+            fresh = lost or not isinstance(e, ray.exceptions.RayTaskError)
+            if fresh:
+                pool.replace(i)  # the actor is gone or in an unknown state: start another
             else:
-                pool.checkin(i)  # the method raised (a harness bug); the actor itself is fine
+                pool.checkin(i)  # the method itself raised (a harness bug); the actor is fine
             what = "lost worker" if lost else "worker error"
-            return [_failed(stage, f"{what}: {type(e).__name__}: {_short(e)}; actor replaced" if lost else
-                            f"{what}: {type(e).__name__}: {_short(e)}", wall, on_gpu, what.replace(" ", "_"))]
+            reason = f"{what}: {type(e).__name__}: {_short(e)}" + ("; actor replaced" if fresh else "")
+            return [_failed(stage, reason, wall, on_gpu, what.replace(" ", "_"))]
         finally:
             with self._lock:
                 self._running.pop(id(ref), None)

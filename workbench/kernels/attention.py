@@ -38,19 +38,27 @@ class AttentionSpec:
     dtype: str                    # float32 | bfloat16 | float16, of q, k, v and o
     causal: bool
     scale: float | None = None    # None: 1 / sqrt(head_dim)
-    precision: str = "ieee"       # fp32 only: input precision of both dots ("ieee", "tf32", "tf32x3")
+    precision: str = "tf32x3"     # fp32 only: input precision of both dots ("tf32x3": near-fp32 accuracy on
+    #                               tensor cores; "ieee": FMA units, spills beyond head_dim 32; "tf32")
 
 
 def space(spec: AttentionSpec) -> list[dict[str, Any]]:
     return grid_space(BLOCK_M=(32, 64, 128), BLOCK_N=(32, 64, 128), num_warps=(4, 8), num_stages=(1, 2, 3, 4))
 
 
+PREFERRED = (  # first valid one is the default (64x64, 4 warps, 3 stages was fastest of those tried on an H200)
+    dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2),
+    dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2),
+    dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2),
+)
+
+
 def default(spec: AttentionSpec) -> dict[str, Any]:
-    if spec.dtype == "float32":
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    if spec.head_dim <= 64:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    """The first valid preferred configuration, else the first valid one of the space, else PREFERRED[0] (which
+    `check` then rejects, saying why: no configuration suits the spec)."""
+    valid = (c for c in (*PREFERRED, *space(spec)) if check(spec, c) is None)
+    return dict(next(valid, PREFERRED[0]))
 
 
 def check(spec: AttentionSpec, config: dict[str, Any]) -> str | None:
@@ -69,11 +77,22 @@ def check(spec: AttentionSpec, config: dict[str, Any]) -> str | None:
     if warps not in (1, 2, 4, 8, 16) or stages < 1:
         return "num_warps must be a power of two up to 16 and num_stages at least 1"
     nbytes = DTYPE_BYTES[spec.dtype]
-    smem = (bm * d + 2 * bn * d * stages) * nbytes
+    prec = spec.precision if spec.dtype == "float32" else None
+    if prec == "ieee" and d > 32:
+        return f"fp32 ieee dots run on FMA units with operands in registers: head_dim {d} > 32 spills " \
+               "(use precision tf32x3)"
+    if prec == "tf32x3" and (d > 64 or bn > 64):
+        return f"fp32 tf32x3 dots keep hi/lo splits of q, k and p in registers: head_dim {d} > 64 or " \
+               f"BLOCK_N {bn} > 64 spills"
+    # q tile and `stages` k and v blocks; fp32 with split (tf32x3) or FMA (ieee) operands needs more (measured)
+    smem = int((bm * d + 2 * bn * d * stages) * nbytes * {"tf32x3": 1.7, "ieee": 1.35}.get(prec, 1.0))
     if smem > SHARED_LIMIT:
         return f"shared memory {smem // 1024} KB (q tile and {stages} stages of k and v blocks) > " \
                f"{SHARED_LIMIT // 1024} KB"
     threads = warps * 32
+    if prec == "ieee" and bm * bn > threads * 32:
+        return f"fp32 ieee dots on FMA units: score tile {bm}x{bn} is over 32 values per thread with {warps} warps " \
+               "(spills)"
     regs = (bm * d * 4 + bm * bn * (4 + nbytes) + bm * d * nbytes) // threads
     if regs > REG_BYTES_PER_THREAD:
         return f"about {regs} bytes of registers per thread (accumulator, scores, q) over {warps} warps " \

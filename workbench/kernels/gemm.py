@@ -39,6 +39,7 @@ ACC_BYTES_PER_THREAD = 512
 # The fp32 "ieee" dot runs on FMA units with both operands held in registers: keep tiles modest.
 IEEE_MAX_BK = 32
 IEEE_ACC_BYTES_PER_THREAD = 256
+X3_ACC_BYTES_PER_THREAD = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +104,16 @@ def check(spec: GemmSpec, config: dict[str, Any]) -> str | None:
     if split > 1 and config["PERSISTENT"]:
         return "SPLIT_K > 1 is not combined with the persistent variant"
     nbytes = DTYPE_BYTES[spec.in_dtype]
-    smem = (bm * bk + bk * bn) * nbytes * stages
-    if smem > SHARED_LIMIT:
-        return f"shared memory {smem // 1024} KB for {stages} stages of {bm}x{bk} + {bk}x{bn} tiles > " \
+    x3 = spec.in_dtype == "float32" and spec.precision == "tf32x3"
+    # Pipeline buffers (tf32x3 keeps split operands too: up to 1.3x, measured), and the fp32 accumulator tile that
+    # the store's layout conversion may stage through shared memory (the buffers are reused for it).
+    pipeline = int((bm * bk + bk * bn) * nbytes * stages * (1.3 if x3 else 1.0))
+    if pipeline > SHARED_LIMIT:
+        return f"shared memory {pipeline // 1024} KB for {stages} stages of {bm}x{bk} + {bk}x{bn} tiles > " \
                f"{SHARED_LIMIT // 1024} KB"
+    if bm * bn * 4 > SHARED_LIMIT:
+        return f"shared memory {bm * bn * 4 // 1024} KB for the {bm}x{bn} fp32 accumulator's layout conversion " \
+               f"before the store > {SHARED_LIMIT // 1024} KB"
     threads = warps * 32
     acc = bm * bn * 4 // threads
     if acc > ACC_BYTES_PER_THREAD:
@@ -116,6 +123,12 @@ def check(spec: GemmSpec, config: dict[str, Any]) -> str | None:
         return f"tile {bm}x{bn} gives fewer than 8 outputs per thread with {warps} warps (wasted warps)"
     if spec.in_dtype == "float32" and bk > 64 and stages > 3:
         return "fp32 inputs with BK > 64 and more than 3 stages: too much shared memory traffic per stage"
+    if x3:  # three tf32 products on hi/lo splits of both operands: about twice the operand registers
+        if bk > 64 or (bm < 64 and bk > 32):
+            return f"fp32 tf32x3 dot: BK {bk} spills (BK <= 64, and <= 32 when BM < 64)"
+        if acc > X3_ACC_BYTES_PER_THREAD:
+            return f"fp32 tf32x3 dot: accumulator {acc} bytes per thread > {X3_ACC_BYTES_PER_THREAD} " \
+                   "(the split operands also live in registers)"
     if spec.in_dtype == "float32" and spec.precision == "ieee":
         if bk > IEEE_MAX_BK:
             return f"fp32 ieee dot runs on FMA units with operands in registers: BK {bk} > {IEEE_MAX_BK} spills"

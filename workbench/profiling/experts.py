@@ -16,6 +16,7 @@ from .findings import Finding, sort_findings
 from .roofline import RooflineVerdict, tools_for
 
 H200_SMS = 132
+LAUNCH_US = 4.0  # host-side cost of one kernel launch from Python, roughly (Triton's launcher is a few microseconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Context:
     eager_bytes: int = 0
     compute_dtype: str = "fp32"
     bound: str | None = None  # the roofline verdict's bound, when there is one
+    floor_bound: str | None = None  # what the ideal kernel is bound by ("memory" | "compute")
     ms: float | None = None
     short: bool = False
     sm_count: int = H200_SMS
@@ -36,7 +38,7 @@ class Context:
             kw.update(flops=counts.flops, min_bytes=counts.min_bytes, eager_bytes=counts.eager_bytes,
                       compute_dtype=counts.compute_dtype)
         if verdict is not None:
-            kw.update(bound=verdict.bound, ms=verdict.ms, short=verdict.short)
+            kw.update(bound=verdict.bound, floor_bound=verdict.floor_bound, ms=verdict.ms, short=verdict.short)
             kw.setdefault("flops", verdict.flops)
             kw.setdefault("min_bytes", verdict.bytes)
         return cls(**kw)
@@ -78,7 +80,8 @@ def coalescing(m: dict, k: dict, ctx: Context = Context()) -> list[Finding]:
                    "Neighbouring threads should read neighbouring addresses: make the contiguous dimension the "
                    "fastest-varying index of the tile (or transpose through shared memory).", "coalesce_access")]
     vec = k.get("access", {}).get("vector_load_fraction")
-    if vec is not None and vec < 0.5 and (ctx.bound == "memory" or ctx.bound is None and ctx.flops == 0):
+    memory_problem = ctx.floor_bound == "memory" or ctx.floor_bound is None and ctx.flops == 0
+    if vec is not None and vec < 0.5 and ctx.bound != "compute" and (ctx.bound == "memory" or memory_problem):
         return [_f("coalescing", k, f"narrow global loads: {1 - vec:.0%} of load instructions move under 64 bits",
                    "warning", {"global_loads_by_bits": loads, "vector_load_fraction": vec, "bound": ctx.bound},
                    "A memory-bound kernel wants 128-bit accesses: give each thread several contiguous elements "
@@ -173,6 +176,8 @@ def tail(m: dict, k: dict, ctx: Context = Context()) -> list[Finding]:
     waves = _num(m, "launch__waves_per_multiprocessor") or grid / slots
     ev = {"grid_blocks": grid, "blocks_per_sm": per_sm, "sms": sms, "waves": waves}
     if grid < sms:
+        if ctx.short:  # a short kernel's tiny grid is the launch tool's finding
+            return []
         move = "split_k" if _is_gemm(k, ctx) else "decrease_block"
         return [_f("tail", k, f"{int(grid)} blocks for {int(sms)} SMs: {int(sms - grid)} SMs idle",
                    "critical" if grid <= sms / 4 else "warning", ev,
@@ -255,10 +260,14 @@ def tensor_cores(metrics: dict, s: dict, ctx: Context = Context()) -> list[Findi
 
 
 def launch(metrics: dict, s: dict, ctx: Context = Context()) -> list[Finding]:
-    """Launch-bound: a short run with several launches, or a tiny grid."""
-    if not (ctx.short or ctx.bound == "latency") or not s.get("kernels"):
+    """Launch-bound: a short run with several launches, or a short kernel with a tiny grid."""
+    if not s.get("kernels"):
         return []
     n = s.get("n_kernels", len(s["kernels"]))
+    launch_ms = n * LAUNCH_US * 1e-3
+    # launch-bound: short, or latency-bound with launches a visible share (10 %) of the time
+    if not (ctx.short or ctx.bound == "latency" and ctx.ms is not None and launch_ms >= 0.1 * ctx.ms):
+        return []
     blocks = [k.get("blocks") for k in s["kernels"] if k.get("blocks")]
     ev = {"kernels": n, "ms": ctx.ms, "grid_blocks": blocks, "sms": ctx.sm_count}
     if n > 1:

@@ -33,11 +33,14 @@ EXTRA_METRICS = (
     "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sector_hit_rate.pct",
     "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
-    "smsp__sass_inst_executed_op_local_ld.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__sass_inst_executed_op_local_ld.sum",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
 )
 NVTX_RANGE = "workbench_profile"
+DEFAULT_CALLS = 2  # forward calls inside the profiled range
 SEARCH_PATHS = ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu")
 PERMISSION_MARKERS = ("ERR_NVGPUCTRPERM", "does not have permission to access NVIDIA GPU Performance Counters")
 
@@ -216,9 +219,19 @@ def read_report(path: str | Path, ncu: str) -> dict[str, dict[str, Any]]:
         return read_report_module(mod, path)
 
 
+def forward_ms(metrics: dict[str, dict[str, Any]], calls: int = DEFAULT_CALLS) -> float | None:
+    """GPU time of one forward from the counters: each kernel's mean duration x its launches per call, summed."""
+    total = 0.0
+    for m in metrics.values():
+        d = m.get("gpu__time_duration.sum")
+        if isinstance(d, float):
+            total += d * m.get("launches", calls) / calls
+    return total / 1e6 if total else None  # nanoseconds -> ms
+
+
 # ---------------------------------------------------------------- running
 
-def collect(problem: Any, cand_path: str | Path, calls: int = 2, timeout: float = 600.0,
+def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, timeout: float = 600.0,
             gpu_index: int = 0, keep: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Profile the candidate's forward under ncu on GPU `gpu_index`; {kernel: {metric: value}}. `keep` names a
     directory to keep the .ncu-rep in."""
@@ -269,7 +282,7 @@ def _drive(spec: dict[str, Any]) -> None:
     for _ in range(2):  # JIT compilation and autotuning happen here, not in the profiled range
         run_model(pair.candidate, inputs, device)
     torch.cuda.nvtx.range_push(NVTX_RANGE)
-    for _ in range(spec.get("calls", 2)):
+    for _ in range(spec.get("calls", DEFAULT_CALLS)):
         run_model(pair.candidate, inputs, device)
     torch.cuda.nvtx.range_pop()
 

@@ -98,7 +98,10 @@ def classify(flops: int, bytes: int, ms: float | None, ceilings: dict[str, Any],
     else:
         bound = "memory" if bw >= comp else "compute"
         why = f"{bw:.0%} of copy bandwidth, {comp:.0%} of the {compute_dtype} rate"
-    why += f"; {ms / floor_ms:.3g}x the floor" if floor_ms > 0 else ""
+    if floor_ms > 0:
+        why += f"; {ms / floor_ms:.3g}x the floor"
+        if ms < floor_ms:
+            why += " (faster than the floor: the time or the problem's counts are wrong)"
     return RooflineVerdict(bound=bound, measured=True, ms=ms, achieved_gbps=achieved_gbps,
                            achieved_tflops=achieved_tflops, bw_fraction=bw, compute_fraction=comp, short=short,
                            reason=why, **common)
@@ -119,8 +122,10 @@ def tools_for(verdict: RooflineVerdict) -> list[str]:
     elif verdict.bound == "compute":
         tools += ["tensor_cores", "l2_reuse", "bank_conflicts", "occupancy", "tail"] if gemm else \
             ["bank_conflicts", "occupancy", "tail"]
-    else:  # latency
+    else:  # latency: for a problem that should be memory-bound, too few bytes in flight is the usual cause
         tools += ["launch", "tail", "occupancy", "fusion"] + (["tensor_cores", "bank_conflicts"] if gemm else [])
+        if verdict.floor_bound == "memory":
+            tools += ["coalescing", "bandwidth"]
     if verdict.short and "launch" not in tools:
         tools.append("launch")
     return tools

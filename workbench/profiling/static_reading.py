@@ -291,6 +291,7 @@ def read_kernel(k: dict[str, Any], ptx: str | None = None, sass: str | None = No
 def read_static(kernels: list[dict[str, Any]]) -> dict[str, Any]:
     """The static reading of every kernel a candidate launches (a compile-stage record's `kernels`)."""
     readings = [k.get("static") or read_kernel(k) for k in kernels]  # the profiling probe reads in the worker
-    return {"kernels": readings, "n_kernels": len(readings),
-            "kernel_names": sorted({r["kernel"] for r in readings if r["kernel"]}),
+    names = sorted({r["kernel"] for r in readings if r["kernel"]})
+    # an autotuned kernel is compiled once per config: kernels are counted by name, builds separately
+    return {"kernels": readings, "n_kernels": len(names), "n_builds": len(readings), "kernel_names": names,
             "tensor_cores": sorted({r["tensor_cores"] for r in readings if r["tensor_cores"]})}
