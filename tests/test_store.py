@@ -234,3 +234,26 @@ def test_concurrent_writers(tmp_path, problem):
         assert len(ev) == N_WRITERS * N_EACH and set(ev.id) == set(ids)
         pairs = {(p["worker"], p["i"]) for p in map(json.loads, ev.provenance)}
         assert pairs == {(w, i) for w in range(N_WRITERS) for i in range(N_EACH)}
+
+
+def test_retryable_outcomes_are_not_final(tmp_path):
+    """A budget refusal, a replay 'not measured' or an executor failure says nothing about the candidate: a later
+    request must run it again rather than reuse that record."""
+    from workbench.candidate import Candidate
+    from workbench.harness.records import Evaluation, StageRecord
+    from workbench.problems import Problem
+    from workbench.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    problem = Problem.load("scale_shift_relu", ["batch_size=8", "dim=16"])
+    store.put_problem(problem)
+    for i, data in enumerate(({"retry": True}, {"executor_failure": "lost worker"}, {})):
+        cand = Candidate(f"# {i}\n")
+        store.put_candidate(cand)
+        verdict = "refused" if i != 1 else "fail"
+        ev = Evaluation(problem.key, cand.hash, "cuda:X", [StageRecord("static", "pass"),
+                                                            StageRecord("correctness", verdict, "r", data=data)],
+                        provenance={"harness_version": "1"})
+        store.put_evaluation(ev)
+        found = store.find_evaluation(problem.key, cand.hash, "cuda:X", "full_timing")
+        assert (found is None) == (i < 2), i

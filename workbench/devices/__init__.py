@@ -6,11 +6,12 @@ from .local import LocalDevice, NoGPUError, cuda_gpu_count
 
 def get_device(spec: str = "auto", **kw):
     """'auto' (a GPU when one is visible, else the CPU), 'cuda', 'cuda:N', 'cpu', or 'ray' / 'ray:ADDRESS' (a Ray
-    cluster's GPUs; the address defaults to $WORKBENCH_RAY_ADDRESS or $RAY_ADDRESS, else a local cluster)."""
+    cluster's GPUs, or its CPUs when it has none; the address defaults to $WORKBENCH_RAY_ADDRESS or $RAY_ADDRESS,
+    else a local cluster is started)."""
     if spec == "ray" or spec.startswith("ray:"):
         from .ray_device import RayDevice  # ray is an optional dependency: imported only when asked for
 
-        return RayDevice(address=spec[4:] or None, **kw)
+        return RayDevice(address=spec[4:] or None, **{"kind": "auto", **kw})
     if spec == "auto":
         return LocalDevice("cuda", **kw) if cuda_gpu_count() > 0 else LocalDevice("cpu", **kw)
     if spec.startswith("cuda"):

@@ -197,15 +197,16 @@ def _kill(ray, actor) -> None:
 
 
 class RayDevice:
-    """kind 'cuda' (one actor per `num_gpus_per_task` GPUs of the cluster) or 'cpu' (one actor per CPU)."""
+    """kind 'cuda' (one actor per `num_gpus_per_task` GPUs of the cluster), 'cpu' (one actor per CPU), or 'auto'
+    (cuda when the cluster has a GPU)."""
 
     def __init__(self, address: str | None = None, kind: str = "cuda", timeouts: dict[str, float] | None = None,
                  num_gpus_per_task: float = 1, workers: int | None = None, compile_workers: int | None = None,
                  grace_s: float = 60.0, start_timeout: float = 300.0, actor_options: dict[str, Any] | None = None):
-        if kind not in ("cuda", "cpu"):
+        if kind not in ("cuda", "cpu", "auto"):
             raise ValueError(f"unknown device kind '{kind}'")
         ray = self._ray = _ray()
-        self.kind, self.grace_s = kind, grace_s
+        self.grace_s = grace_s
         self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
         self.address = resolve_address(address)
         self._owns_ray = not ray.is_initialized()
@@ -214,6 +215,9 @@ class RayDevice:
         elif self._owns_ray:  # a local cluster sized to this machine (Ray counts its CPUs and GPUs)
             ray.init(include_dashboard=False)
         res = ray.cluster_resources()
+        if kind == "auto":  # like get_device("auto"): the GPUs when the cluster has any, else the CPUs
+            kind = "cuda" if res.get("GPU", 0) > 0 else "cpu"
+        self.kind = kind
         actor = ray.remote(_Evaluator)
         opts = dict(actor_options or {})  # e.g. {"accelerator_type": "H200"} or {"resources": {...}}
         if kind == "cuda":

@@ -93,7 +93,8 @@ class ReplayDevice:
                     out.append(failed)  # it failed earlier on the GPU: that is the recorded answer
                 else:
                     self.not_measured += 1
-                    out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name)))
+                    out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name),
+                                           data={"retry": True}))
                 break
             self.answered += 1
             out.append(StageRecord.from_dict({**rec.to_dict(), "data": {**rec.data, "replayed": True}}))

@@ -127,7 +127,7 @@ class Ladder:
         """Run device stages under the budget; True when all passed."""
         why = self.budget.exhausted()
         if why and self.device.kind in ("cuda", "replay"):
-            ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}"))
+            ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}", data={"retry": True}))
             return False
         options: dict[str, Any] = {"seeds": self.seeds, "tolerance": self.tolerance,
                                    "floor_ms": self.floor_ms(problem)}

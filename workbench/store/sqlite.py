@@ -138,9 +138,12 @@ def reaches(evaluation: Evaluation, fidelity: str) -> bool:
     """Whether a stored ladder answers a request at `fidelity`: it ran that stage or a later one, or it ended in a
     failure (a failed candidate need not be re-run). An inconclusive last stage is not a failure: it may pass later."""
     want = STAGES.index(fidelity)
+    last = evaluation.stages[-1] if evaluation.stages else None
+    if last is not None and (last.data.get("retry") or last.data.get("executor_failure")):
+        return False  # the budget ran out, replay had no record, or the executor lost the work: not the candidate's
     if any(s.name in STAGES and STAGES.index(s.name) >= want for s in evaluation.stages):
         return True
-    return bool(evaluation.stages) and evaluation.stages[-1].verdict in (FAIL, REFUSED)
+    return last is not None and last.verdict in (FAIL, REFUSED)
 
 
 class Store:
