@@ -12,6 +12,26 @@ from workbench.problems import Problem, ProblemError
 from workbench.proposers.offline import OfflineProposer
 
 UNSEEN = {
+    # attention over heads split from a projection (transposed views, so the eager matmuls copy them first)
+    "split_heads_attention": '''
+        import math
+        import torch
+        import torch.nn as nn
+        B, S, H, D = 2, 13, 2, 16
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.qkv = nn.Linear(H * D, 3 * H * D)
+            def forward(self, x):
+                q, k, v = self.qkv(x).split(H * D, dim=-1)
+                q, k, v = (t.view(B, S, H, D).transpose(1, 2) for t in (q, k, v))
+                att = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(D), dim=-1)
+                return (att @ v).transpose(1, 2).reshape(B, S, H * D)
+        def get_inputs():
+            return [torch.randn(B, S, H * D)]
+        def get_init_inputs():
+            return []
+    ''',
     # odd, non-power-of-two widths; a chain with a broadcast bias, a scalar tensor and a mask
     "odd_chain": '''
         import torch
@@ -97,6 +117,12 @@ def test_unseen_problems_get_correct_candidates(cpu, tmp_path, name):
         assert 0.0 < origin["coverage_bytes"] <= 1.0
         ev = ladder.evaluate(problem, cand, up_to="correctness")
         assert ev.ok and ev.fidelity == "correctness", (name, [(s.name, s.reason) for s in ev.stages], cand.source)
+
+
+def test_attention_chain_becomes_one_kernel(tmp_path):
+    proposer = OfflineProposer(_problem(tmp_path, "split_heads_attention"))
+    families = [g.family for g in proposer.groups({p: True for p in proposer.fusion_points})]
+    assert families.count("attention") == 1 and "row" not in families  # no separate softmax kernel
 
 
 def test_unsupported_op_stays_torch_and_coverage_says_so(tmp_path):

@@ -25,7 +25,7 @@ from .render import render_module
 
 # family name -> (module in workbench.kernels, class); a module with space/check/render/default functions is itself
 # the family when the class is None
-FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", None),
+FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", None), "attention": ("attention", None),
             "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily"), "col": ("reduce", "ColReduceFamily"),
             "permute": ("memory", "PermuteFamily"), "gather": ("memory", "GatherFamily")}
 

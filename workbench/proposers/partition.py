@@ -136,7 +136,8 @@ class Partitioner:
         # whole patterns first (rmsnorm written out, cross-entropy), so their pieces are not claimed one by one
         for node in self.nodes:
             if node.target in ROW_OPS:
-                g = self.rmsnorm_group("", node, names) or self.cross_entropy_group("", node, names)
+                g = (self.attention_group("", node, names) or self.rmsnorm_group("", node, names)
+                     or self.cross_entropy_group("", node, names))
                 if g is not None and not any(n in taken for n in g.nodes):
                     found.append(g)
                     taken.update(g.nodes)
@@ -294,6 +295,89 @@ class Partitioner:
         spec = RowSpec("cross_entropy", val(x).shape[1], DTYPE[val(x).dtype],
                        reduction="mean" if b["reduction"] == 1 else "none", ignore_index=int(b["ignore_index"]))
         return Group(gid, "row", outs[0], [node, nll, *nll.users], [names[x], names[b["target"]]], spec)
+
+    def attention_group(self, gid, node, names) -> Group | None:
+        """softmax(mask?(scale * Q @ K^T)) @ V written out with 4-D matmuls (as make_fx traces them: expand, view,
+        bmm, view) as one flash-attention kernel; the mask may be a causal triu(ones, 1)."""
+        from ..kernels import attention as attn
+        from ..kernels.base import valid_space
+
+        if node.target != aten._softmax.default or not _last_dim(node.args[1], val(node).dim()) or node.args[2]:
+            return None
+
+        def single_user(n):
+            return len(n.users) == 1 and next(iter(n.users))
+
+        def through_views(n, ops):  # follow view-like producers back while each has one user
+            chain = []
+            while isinstance(n, Node) and n.target in ops and len(n.users) == 1:
+                chain.append(n)
+                n = n.args[0]
+            return n, chain
+
+        view_ops = {aten.view.default, aten._unsafe_view.default, aten.expand.default, aten.reshape.default}
+        chain = [node]
+        x, causal, scale = node.args[0], False, 1.0
+        mask_nodes: list[Node] = []
+        if isinstance(x, Node) and x.target == aten.masked_fill.Scalar and len(x.users) == 1:
+            mask = x.args[1]
+            if not (isinstance(mask, Node) and mask.target == aten.triu.default and mask.args[1:2] == (1,)
+                    and x.args[2] == float("-inf") and len(mask.users) == 1):
+                return None
+            ones = mask.args[0]
+            if not (isinstance(ones, Node) and ones.target == aten.ones.default and len(ones.users) == 1):
+                return None
+            causal = True
+            mask_nodes = [mask, ones]
+            chain.append(x)
+            x = x.args[0]
+        if isinstance(x, Node) and x.target in (aten.mul.Tensor, aten.div.Tensor) and len(x.users) == 1 and \
+                isinstance(x.args[1], (int, float)):
+            scale = float(x.args[1]) if x.target == aten.mul.Tensor else 1.0 / float(x.args[1])
+            chain.append(x)
+            x = x.args[0]
+        bmm1, views = through_views(x, view_ops)
+        chain += views
+        if not (isinstance(bmm1, Node) and bmm1.target == aten.bmm.default and len(bmm1.users) == 1):
+            return None
+        chain.append(bmm1)
+        # operand side: contiguous copies the eager matmul needed are not needed by the kernel (it takes strides)
+        operand_ops = view_ops | {aten.clone.default}
+        q4, qv = through_views(bmm1.args[0], operand_ops)
+        kt, kv = through_views(bmm1.args[1], operand_ops)
+        if not (isinstance(kt, Node) and kt.target == aten.transpose.int and len(kt.users) == 1):
+            return None
+        k4 = kt.args[0]
+        chain += qv + kv + [kt]
+        # consumer side: softmax -> expand/view -> bmm(., V) -> view back to 4-D
+        cur, out_views = node, []
+        user = single_user(cur)
+        while user and user.target in view_ops:
+            out_views.append(user)
+            cur, user = user, single_user(user)
+        if not (user and user.target == aten.bmm.default and user.args[0] is cur):
+            return None
+        bmm2 = user
+        v4, vv = through_views(bmm2.args[1], operand_ops)
+        final, fv = bmm2, []
+        user = single_user(final)
+        while user and user.target in (aten._unsafe_view.default, aten.view.default):
+            fv.append(user)
+            final, user = user, single_user(user)
+        chain += out_views + [bmm2] + vv + fv + mask_nodes
+        tensors = [val(t) if isinstance(t, Node) else None for t in (q4, k4, v4)]
+        if any(t is None or t.dim() != 4 or t.dtype not in DTYPE for t in tensors) or \
+                len({t.dtype for t in tensors}) != 1 or val(final).dim() != 4:
+            return None
+        if tuple(val(final).shape) != tuple(tensors[0].shape[:3]) + (tensors[2].shape[3],) or \
+                tensors[0].shape[3] != tensors[1].shape[3] or tensors[2].shape[3] != tensors[0].shape[3]:
+            return None
+        if causal and tuple(val(mask_nodes[1]).shape) != (tensors[0].shape[2], tensors[1].shape[2]):
+            return None
+        spec = attn.AttentionSpec(tensors[0].shape[3], DTYPE[tensors[0].dtype], causal, scale)
+        if not valid_space(attn, spec):
+            return None  # no configuration fits (e.g. fp32 with a wide head): the matmuls and softmax stay apart
+        return Group(gid, "attention", final, chain, [names[q4], names[k4], names[v4]], spec)
 
     def rmsnorm_group(self, gid, node, names) -> Group | None:
         """x * rsqrt(mean(x*x, -1, keepdim) + eps) [* weight], written out, as one row kernel."""
