@@ -19,7 +19,7 @@ from workbench.store import Store
 
 @pytest.fixture(scope="module")
 def cpu():
-    dev = LocalDevice("cpu", timeouts={"compile": 10, "correctness": 10})
+    dev = LocalDevice("cpu", timeouts={"compile": 20, "correctness": 20})  # generous: CI shares 2 cores
     yield dev
     dev.close()
 

@@ -46,7 +46,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def device(cluster):
     # Short timeouts: correctness at these shapes takes ~1 s in the interpreter; grace covers a worker restart.
-    dev = RayDevice(kind="cpu", timeouts={"compile": 60, "correctness": 10}, grace_s=60)
+    dev = RayDevice(kind="cpu", timeouts={"compile": 60, "correctness": 20}, grace_s=60)
     try:
         yield dev
     finally:
