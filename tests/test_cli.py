@@ -78,3 +78,14 @@ def test_bad_inputs_exit_2_with_a_reason(tmp_path):
 def test_cuda_requested_without_gpu():
     r = wb("eval", "matmul_fp32", str(EXAMPLES[0].path), "--device", "cuda")
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr
+
+
+def test_search_on_cpu_reports_honestly():
+    r = wb("search", "softmax_rows", "--set", "batch_size=8", "--set", "dim=100", "--device", "cpu", "--steps", "1",
+           "--no-store", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # no GPU: candidates are checked for correctness but never timed, so there is no best and no GPU time
+    assert out["best"] is None and out["gpu_seconds"] == 0.0 and out["by_status"] == {"refused": 1}
+    assert "quick_timing" not in out["evaluations"] and out["evaluations"]["correctness"]["runs"] == 1
+    assert out["skipped_by_surrogate"] == 0 and out["surrogate"] is None

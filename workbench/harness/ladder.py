@@ -133,7 +133,8 @@ class Ladder:
                                    "floor_ms": self.floor_ms(problem)}
         records = self.device.run_stages(problem, path, stages, options)
         for r in records:
-            self.budget.charge(r.name, r.gpu_s)
+            if r.verdict != REFUSED:  # a refusal ran nothing: it is not an evaluation and cost nothing
+                self.budget.charge(r.name, r.gpu_s)
         ev.stages.extend(records)
         return bool(records) and len(records) == len(stages) and all(r.ok for r in records)
 
