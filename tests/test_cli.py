@@ -89,3 +89,12 @@ def test_search_on_cpu_reports_honestly():
     assert out["best"] is None and out["gpu_seconds"] == 0.0 and out["by_status"] == {"refused": 1}
     assert "quick_timing" not in out["evaluations"] and out["evaluations"]["correctness"]["runs"] == 1
     assert out["skipped_by_surrogate"] == 0 and out["surrogate"] is None
+
+
+def test_sweep_rejects_unknown_parameters_before_running(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("name: bad\nnotebook: notebooks/01_explore_search.py\nbase: {problem: softmax_rows}\n"
+                   "grid: {no_such_parameter: [1, 2]}\n")
+    r = wb("sweep", str(cfg), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 2 and "no_such_parameter" in r.stderr and "problem" in r.stderr
+    assert not (tmp_path / "runs").exists()

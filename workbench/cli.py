@@ -6,6 +6,7 @@
     workbench propose PROBLEM [--set ...] [--n K] [--seed S] --out DIR
     workbench search PROBLEM [--strategy greedy|beam|evolutionary|mcts] [--device auto|cuda|cpu|replay]
                      [--budget-gpu-s N] [--steps N] [--seed N] [--search-id ID] [--json]
+    workbench sweep experiments/X.yaml [--jobs N] [--only RUN_ID]
     workbench demo [--device auto|cuda|cpu]
 
 PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
@@ -180,6 +181,13 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+
+    print(run_sweep(args.config, jobs=args.jobs, out_root=args.out, only=args.only or None))
+    return 0
+
+
 def cmd_demo(args) -> int:
     """The main job until the search exists: the ladder over the shipped example candidates."""
     from .candidate import Candidate
@@ -273,6 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--asm-dir", default=None, help="write each kernel's PTX and SASS to this directory")
     prof.add_argument("--json", action="store_true", help="print one JSON object")
     prof.set_defaults(func=cmd_profile)
+
+    sw = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (one process per run)")
+    sw.add_argument("config", help="experiments/<name>.yaml: notebook, base parameters, grid")
+    sw.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the config's jobs)")
+    sw.add_argument("--out", default="results/runs", help="root of the run directories")
+    sw.add_argument("--only", action="append", default=[], help="run ids or glob patterns to run (repeatable)")
+    sw.set_defaults(func=cmd_sweep)
 
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")

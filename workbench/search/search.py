@@ -6,6 +6,14 @@ full timing for the ones the promotion policy picks), the tree, the memory and t
 and an event is emitted (to `events`, to listeners such as widgets, and to the store). The budget stops the search
 at a GPU-seconds limit or a wall-clock limit.
 
+LLM moves: with `llm_moves` (`make_search(..., proposer="llm")`), children are modules written by the LLM proposer
+(move "llm") from the parent's source, its last measurement summary and the memory's text; the root is still the
+offline proposer's default point. A node then holds either a `choice` (rendered by the offline proposer) or a
+`source` (an LLM-written module, evaluated as is). A reply with no usable module is no node: it is recorded in the
+memory as a failed "llm" attempt (stage "propose", with the reason) and emitted as a `proposal_failed` event; a step
+whose proposals all failed is still a step (no nodes, not "space exhausted"), and only `max_failed_steps` such steps
+in a row stop the search ("llm proposals failing").
+
 Resume: a search with a `search_id` and a store appends its events there; a new `Search` with the same id and
 configuration replays them to rebuild the tree and the memory, and the ladder answers stored evaluations from the
 store, so nothing measured is measured again.
@@ -21,6 +29,7 @@ from typing import Any, Callable
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
 from ..problems.problem import Problem
+from ..candidate import Candidate
 from ..proposers.offline import Choice, OfflineProposer
 from . import strategies
 from .memory import Attempt, SearchMemory
@@ -39,7 +48,8 @@ class StepReport:
 class Search:
     def __init__(self, problem: Problem, device, strategy: str | strategies.Strategy = "greedy",
                  proposer: OfflineProposer | None = None, budget: Budget | None = None, store=None, seed: int = 0,
-                 per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None):
+                 per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None,
+                 llm_moves=None, max_failed_steps: int = 3):
         self.problem = problem
         self.device = device
         self.proposer = proposer or OfflineProposer(problem)
@@ -55,6 +65,10 @@ class Search:
         self.events: list[dict[str, Any]] = []
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.steps = 0
+        self.llm_moves = llm_moves  # llm_moves.LLMMoves, or None: the offline proposer's moves
+        self.max_failed_steps = max_failed_steps
+        self.failed_steps = 0  # steps in a row whose proposals all failed (LLM moves only)
+        self.summaries: dict[int, dict[str, Any]] = {}  # nid -> its evaluation summary (without stages)
         self.search_id = search_id
         if search_id and store is not None:
             self._resume(store.search_events(search_id))
@@ -68,8 +82,10 @@ class Search:
             proposals = [(None, "root", self.proposer.default_choice())]
         else:
             proposals = self.strategy.propose(self, self.per_step)
-        if not proposals:
+        failed = self._record_failed_proposals()
+        if not proposals and not failed:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), "space exhausted")
+        self.failed_steps = 0 if proposals else self.failed_steps + 1
         nodes = []
         for parent, move, choice in proposals:
             if self.budget.exhausted():
@@ -78,8 +94,35 @@ class Search:
         self.steps += 1
         self._emit({"type": "step", "step": self.steps, "gpu_seconds": self.budget.gpu_spent,
                     "best": self.best_summary()})
+        stopped = self.budget.exhausted()
+        if not stopped and self.failed_steps >= self.max_failed_steps:
+            stopped = "llm proposals failing"
         return StepReport(self.steps, [n.summary() for n in nodes], self.budget.gpu_spent, self.best_summary(),
-                          self.budget.exhausted())
+                          stopped)
+
+    # ---- where children come from ----
+    @property
+    def supports_crossover(self) -> bool:
+        return self.llm_moves is None
+
+    def child_moves(self, parent: Node, k: int) -> list[tuple[str, Any]]:
+        """Candidate (move, payload) children of a node, for the strategies to filter: the offline proposer's moves
+        (3k of them, the strategy keeps k unseen ones), or k LLM-written candidates."""
+        if self.llm_moves is not None:
+            return self.llm_moves.moves(parent.payload, self.rng, k=k, memory=self.memory,
+                                        measurements=self.summaries.get(parent.nid))
+        return self.proposer.moves(parent.choice, self.rng, k=3 * k, memory=self.memory)
+
+    def _record_failed_proposals(self) -> int:
+        """Unusable LLM replies of this step: failed "llm" attempts in the memory, and events (no nodes)."""
+        if self.llm_moves is None:
+            return 0
+        failures = self.llm_moves.drain_failures()
+        for f in failures:
+            self.memory.record(Attempt(f.call_id or "", f.parent, "llm", "failed", "propose", None, f.reason))
+            self._emit({"type": "proposal_failed", "parent": f.parent, "move": "llm", "reason": f.reason,
+                        "call_id": f.call_id, "rationale": f.rationale})
+        return len(failures)
 
     def run(self, steps: int | None = None, progress: Callable[[StepReport], None] | None = None) -> Node | None:
         done = 0
@@ -92,18 +135,26 @@ class Search:
                 break
         return self.best
 
-    def _evaluate(self, parent: int | None, move: str, choice: Choice) -> Node:
-        cand = self.proposer.render(choice)
-        node = self.tree.add(parent, move, choice, cand.hash)
+    def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate) -> Node:
+        if isinstance(payload, Candidate):  # an LLM-written module, evaluated as written
+            cand, choice = payload, None
+            node = self.tree.add(parent, move, None, cand.hash, source=cand.source)
+        else:
+            cand, choice = self.proposer.render(payload), payload
+            node = self.tree.add(parent, move, choice, cand.hash)
         t0 = time.perf_counter()
         ev = self.ladder.evaluate(self.problem, cand)
+        summary = {k: v for k, v in ev.summary().items() if k != "stages"}
+        self.summaries[node.nid] = summary
         self._apply(node, ev.summary())
         parent_speedup = self.tree.nodes[parent].speedup if parent is not None else None
         self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
                                    move, node.status, node.stage, node.speedup, node.reason), parent_speedup)
         self.strategy.observe(self, node)
-        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move, "choice": choice.to_dict(),
-                    "candidate": cand.hash, "summary": {k: v for k, v in ev.summary().items() if k != "stages"},
+        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move,
+                    "choice": choice.to_dict() if choice is not None else None,
+                    **({"source": cand.source, "origin": dict(cand.origin)} if choice is None else {}),
+                    "candidate": cand.hash, "summary": summary,
                     "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
                     "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
         return node
@@ -141,14 +192,21 @@ class Search:
         """Rebuild tree, memory and strategy statistics from stored events (no evaluation is re-run)."""
         for e in events:
             if e["type"] == "node":
-                choice = Choice(tuple(sorted(e["choice"]["fuse"].items())),
-                                tuple((g, json.dumps(c, sort_keys=True)) for g, c in e["choice"]["configs"].items()))
-                node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
+                if e.get("source") is not None:  # an LLM-written module
+                    node = self.tree.add(e["parent"], e["move"], None, e["candidate"], source=e["source"])
+                else:
+                    choice = Choice(tuple(sorted(e["choice"]["fuse"].items())),
+                                    tuple((g, json.dumps(c, sort_keys=True)) for g, c in e["choice"]["configs"].items()))
+                    node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
+                self.summaries[node.nid] = e["summary"]
                 self._apply(node, e["summary"], e["last_stage"])
                 parent_speedup = self.tree.nodes[e["parent"]].speedup if e["parent"] is not None else None
                 self.memory.record(Attempt(node.candidate, None, node.move, node.status, node.stage, node.speedup,
                                            node.reason), parent_speedup)
                 self.tree.backpropagate(node)
+            elif e["type"] == "proposal_failed":
+                self.memory.record(Attempt(e.get("call_id") or "", e.get("parent"), e.get("move", "llm"), "failed",
+                                           "propose", None, e.get("reason", "")))
             elif e["type"] == "step":
                 self.steps = e["step"]
         self.events = list(events)
@@ -175,6 +233,38 @@ class Search:
         return {"problem": self.problem.key, "strategy": self.strategy.name, "device": self.device.name,
                 "seed": self.seed, "steps": self.steps, "best": self.best_summary(),
                 "gpu_seconds": self.budget.gpu_spent, "evaluations": self.budget.report()["by_stage"],
+                "proposer": "llm" if self.llm_moves is not None else "offline",
                 "candidates": len(nodes), "by_status": {s: sum(n.status == s for n in nodes)
                                                         for s in sorted({n.status for n in nodes})},
                 "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes), "surrogate": None}
+
+
+def make_search(problem: Problem, device, proposer: str = "offline", llm_client=None, **search_kwargs) -> Search:
+    """A `Search` whose children come from the offline proposer (`proposer="offline"`) or from the LLM proposer
+    (`proposer="llm"`; the root is still the offline proposer's default point).
+
+    `llm_client`: a `workbench.llm.LLMClient`, or an object with the Anthropic SDK's interface (`.messages.create`,
+    e.g. a recorded test double), wrapped in an `LLMClient`; None builds an `LLMClient` from the environment, which
+    raises `workbench.llm.LLMUnavailable` without `ANTHROPIC_API_KEY` (the caller may fall back to "offline"). Calls
+    are recorded next to the search's store (`llm_calls`) when a store is given and the client was built here.
+    `search_kwargs` go to `Search` (strategy, budget, store, seed, per_step, policy, search_id, ...); `offline=` passes
+    an existing `OfflineProposer`, `llm_config=` an `LLMConfig` for a client built here.
+    """
+    offline = search_kwargs.pop("offline", None) or OfflineProposer(problem)
+    llm_config = search_kwargs.pop("llm_config", None)
+    if proposer == "offline":
+        if llm_client is not None:
+            raise ValueError("llm_client given with proposer='offline'")
+        return Search(problem, device, proposer=offline, **search_kwargs)
+    if proposer != "llm":
+        raise ValueError(f"unknown proposer '{proposer}' (choose from offline, llm)")
+    from ..llm import LLMClient, LLMProposer
+    from ..llm.recorder import CallRecorder
+    from .llm_moves import LLMMoves
+
+    store = search_kwargs.get("store")
+    if llm_client is None or not isinstance(llm_client, LLMClient):
+        recorder = CallRecorder.for_store(store) if store is not None and getattr(store, "path", None) else None
+        llm_client = LLMClient(llm_config, client=llm_client, recorder=recorder)
+    moves = LLMMoves(LLMProposer(problem, llm_client, store=store), offline)
+    return Search(problem, device, proposer=offline, llm_moves=moves, **search_kwargs)

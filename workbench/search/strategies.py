@@ -7,13 +7,22 @@
   the same fusion pattern, else mutation;
 - mcts: PUCT over the tree (priors from a surrogate when the search has one, uniform otherwise), progressive widening
   (a node with N visits may have ceil(c * N^alpha) children), log2-speedup rewards, dead subtrees never selected.
+
+Children come from `search.child_moves(parent, k)`: the offline proposer's moves over its space, or LLM-written
+candidates (`llm_moves.LLMMoves`, move "llm"). Proposals are compared by `tree.payload_key` (an LLM candidate by its
+source's content hash). Crossover needs two offline choices: with LLM moves, evolutionary always mutates.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from .tree import Node
+from .tree import Node, payload_key
+
+
+def _new(payload: Any, out: list) -> bool:
+    key = payload_key(payload)
+    return all(payload_key(o[2]) != key for o in out)
 
 
 class Strategy:
@@ -27,8 +36,8 @@ class Strategy:
 
     def _children_of(self, search, parent: Node, k: int) -> list[tuple[int, str, Any]]:
         out = []
-        for move, choice in search.proposer.moves(parent.choice, search.rng, k=3 * k, memory=search.memory):
-            if not search.tree.seen(choice) and all(c != choice for _, _, c in out):
+        for move, choice in search.child_moves(parent, k):
+            if not search.tree.seen(choice) and _new(choice, out):
                 out.append((parent.nid, move, choice))
             if len(out) >= k:
                 break
@@ -54,7 +63,7 @@ class Beam(Strategy):
         out: list = []
         per = max(1, math.ceil(k / len(parents)))
         for p in parents:
-            out += [c for c in self._children_of(search, p, per) if all(c[2] != o[2] for o in out)]
+            out += [c for c in self._children_of(search, p, per) if _new(c[2], out)]
         return out[:k]
 
 
@@ -77,13 +86,13 @@ class Evolutionary(Strategy):
             if len(out) >= k:
                 break
             a = self._select(search, pool)
-            if len(pool) > 1 and search.rng.random() < self.crossover_rate:
+            if len(pool) > 1 and search.supports_crossover and search.rng.random() < self.crossover_rate:
                 b = self._select(search, [n for n in pool if n is not a] or pool)
                 child = search.proposer.crossover(a.choice, b.choice, search.rng)
-                if child is not None and not search.tree.seen(child) and all(child != o[2] for o in out):
+                if child is not None and not search.tree.seen(child) and _new(child, out):
                     out.append((a.nid, "crossover", child))
                     continue
-            out += [c for c in self._children_of(search, a, 1) if all(c[2] != o[2] for o in out)]
+            out += [c for c in self._children_of(search, a, 1) if _new(c[2], out)]
         return out[:k]
 
 
@@ -114,7 +123,7 @@ class MCTS(Strategy):
                 kids = [tree.nodes[c] for c in node.children if not tree.nodes[c].dead]
                 evaluated = [c for c in kids if c.status != "pending"]
                 if len(node.children) < self._allowed_children(node) or not evaluated:
-                    new = [c for c in self._children_of(search, node, 1) if all(c[2] != o[2] for o in out)]
+                    new = [c for c in self._children_of(search, node, 1) if _new(c[2], out)]
                     if new:
                         out.append(new[0])
                         break

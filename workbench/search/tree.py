@@ -14,7 +14,7 @@ class Node:
     nid: int
     parent: int | None
     move: str
-    choice: Any  # the proposer's point (OfflineProposer Choice)
+    choice: Any  # the offline proposer's point (OfflineProposer Choice); None for an LLM-written candidate
     candidate: str  # content hash
     depth: int = 0
     status: str = "pending"  # pending, measured, failed, refused, skipped
@@ -29,6 +29,12 @@ class Node:
     prior: float = 1.0
     children: list[int] = dataclasses.field(default_factory=list)
     dead: bool = False
+    source: str | None = None  # an LLM-written candidate's module (choice is None then)
+
+    @property
+    def payload(self) -> Any:
+        """What the node was built from: its choice (offline) or its source (LLM)."""
+        return self.choice if self.choice is not None else self.source
 
     @property
     def reward(self) -> float | None:
@@ -43,20 +49,27 @@ class Node:
         return self.value_sum / self.visits if self.visits else 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("choice", "children")}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("choice", "children", "source")}
+
+
+def payload_key(payload: Any) -> Any:
+    """What makes two proposals the same: a choice itself; an LLM-written candidate (anything with a content `hash`,
+    e.g. a `Candidate`) its source's content hash, whatever its origin."""
+    h = getattr(payload, "hash", None)
+    return ("candidate", h) if isinstance(h, str) else payload
 
 
 class Tree:
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
-        self.by_choice: dict[Any, int] = {}
+        self.by_choice: dict[Any, int] = {}  # payload_key -> first node (choices, and ("candidate", hash) for sources)
 
-    def add(self, parent: int | None, move: str, choice: Any, candidate: str) -> Node:
+    def add(self, parent: int | None, move: str, choice: Any, candidate: str, source: str | None = None) -> Node:
         nid = len(self.nodes)
         depth = self.nodes[parent].depth + 1 if parent is not None else 0
-        node = Node(nid, parent, move, choice, candidate, depth)
+        node = Node(nid, parent, move, choice, candidate, depth, source=source)
         self.nodes[nid] = node
-        self.by_choice.setdefault(choice, nid)
+        self.by_choice.setdefault(choice if choice is not None else ("candidate", candidate), nid)
         if parent is not None:
             self.nodes[parent].children.append(nid)
         return node
@@ -66,7 +79,8 @@ class Tree:
         return self.nodes.get(0)
 
     def seen(self, choice: Any) -> bool:
-        return choice in self.by_choice
+        """Whether a proposal (a choice, or a candidate with a content hash) is already in the tree."""
+        return payload_key(choice) in self.by_choice
 
     def measured(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.status == "measured" and n.speedup]

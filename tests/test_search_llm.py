@@ -1,0 +1,157 @@
+"""A search whose children are written by the LLM proposer (`make_search(..., proposer="llm")`), never the live service:
+replies come from `RecordedAnthropic` (tests/llm_recordings/, `search_llm_*` are hand-written for these tests) and
+timings from `RecordingGPU`, the test double standing in for the H200 (tests/test_search.py).
+
+With these sizes the test double passes the root (offline default, ~1.16x), `search_llm_block1024` (~1.71x) and
+`search_llm_fma_where` (~1.76x), and fails `proposer_ok`'s module at correctness."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("anthropic")
+
+from test_llm import make_client  # noqa: E402
+from test_search import RecordingGPU  # noqa: E402
+
+from workbench.llm import LLMUnavailable  # noqa: E402
+from workbench.problems import Problem  # noqa: E402
+from workbench.proposers.offline import OfflineProposer  # noqa: E402
+from workbench.search.search import make_search  # noqa: E402
+from workbench.store import Store  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return Problem.load("scale_shift_relu", ["batch_size=8", "dim=32"])
+
+
+@pytest.fixture(scope="module")
+def offline(problem):
+    return OfflineProposer(problem)
+
+
+def llm_search(problem, offline, *script, **kwargs):
+    client = make_client(*script, concurrency=1)  # one call at a time: replies are consumed in a fixed order
+    return make_search(problem, RecordingGPU(), proposer="llm", llm_client=client, offline=offline, **kwargs), client
+
+
+def test_llm_search_evaluates_written_candidates(problem, offline):
+    s, client = llm_search(problem, offline, "search_llm_block1024", "proposer_malformed", "search_llm_fma_where",
+                           "proposer_ok", per_step=2, seed=0)
+    requests = client.client.requests
+    s.step()  # the root: the offline proposer's default point, no LLM call
+    root = s.tree.root
+    assert root.move == "root" and root.choice == offline.default_choice() and root.source is None
+    assert root.status == "measured" and not requests
+
+    memory_before = s.memory.render()
+    report = s.step()  # two calls on the root: one module, one unparsable reply
+    assert report.stopped is None and len(report.nodes) == 1 and len(requests) == 2
+    llm = s.llm_moves.llm
+    root_source = offline.render(root.choice).source
+    user = llm.user_prompt(root_source, s.summaries[0], "", memory_before)
+    assert requests[0] == client.request(llm.stable_prompt(), user)  # the exact request, memory text included
+    assert f"## What the search has tried so far\n{memory_before}" in requests[0]["messages"][0]["content"]
+    assert '"speedup_vs_eager"' in user and "1 attempts: 1 measured" in user
+
+    node = s.tree.nodes[1]
+    assert node.move == "llm" and node.choice is None and "BLOCK=1024" in node.source
+    assert node.status == "measured" and node.speedup > root.speedup
+    [failed] = [a for a in s.memory.attempts if a.outcome == "failed"]
+    assert failed.move == "llm" and failed.stage == "propose" and failed.reason == "unparsable reply: no code"
+    assert s.memory.failures()["unparsable reply"] == 1
+    assert [e["reason"] for e in s.events if e["type"] == "proposal_failed"] == ["unparsable reply: no code"]
+
+    memory_before = s.memory.render()
+    s.step()  # greedy expands the best node, the LLM-written one
+    assert len(requests) == 4
+    content = requests[2]["messages"][0]["content"]
+    assert node.source.strip() in content and "unparsable reply x1" in content and memory_before in content
+    assert [n.move for n in s.tree.nodes.values()] == ["root", "llm", "llm", "llm"]
+    fma, bad = s.tree.nodes[2], s.tree.nodes[3]
+    assert fma.parent == 1 and "tl.fma" in fma.source and fma.status == "measured"
+    assert bad.status == "failed" and bad.stage == "correctness" and bad.reward < 0
+    assert s.best is fma and s.best.speedup > node.speedup
+    events = [e for e in s.events if e["type"] == "node"]
+    assert events[0]["choice"] and "source" not in events[0]
+    assert events[2]["choice"] is None and events[2]["source"] == fma.source
+    assert events[2]["origin"]["kind"] == "llm" and events[2]["origin"]["rationale"].startswith("compute the affine")
+    report = s.report()
+    assert report["proposer"] == "llm" and report["candidates"] == 4
+    assert report["by_status"] == {"failed": 1, "measured": 3}
+    assert "source" not in s.table().columns
+
+
+def test_failed_proposals_never_stop_the_search(problem, offline):
+    s, client = llm_search(problem, offline, "proposer_malformed", "search_llm_block1024", per_step=1)
+    s.step()
+    report = s.step()  # the only reply is prose: no node, recorded, not "space exhausted"
+    assert report.stopped is None and report.nodes == [] and s.steps == 2
+    assert len(s.tree.nodes) == 1 and s.memory.failures() == {"unparsable reply": 1}
+    report = s.step()
+    assert report.stopped is None and [n["move"] for n in report.nodes] == ["llm"]
+
+    # only steps that all fail, several in a row, end a headless run; a call error is a failure like a bad reply
+    s, client = llm_search(problem, offline, "proposer_malformed", ValueError("boom"), "proposer_truncated",
+                           per_step=1)
+    s.run()
+    assert s.steps == 4 and len(s.tree.nodes) == 1
+    reasons = [a.reason for a in s.memory.attempts if a.stage == "propose"]
+    assert reasons[:3] == ["unparsable reply: no code", "llm call failed: ValueError: boom",
+                           "unparsable reply: truncated"]
+
+
+def test_llm_stop_reason(problem, offline):
+    s, _ = llm_search(problem, offline, "proposer_malformed", "proposer_malformed", "proposer_malformed", per_step=1)
+    reports = []
+    s.run(progress=reports.append)
+    assert [r.stopped for r in reports] == [None, None, None, "llm proposals failing"]
+
+
+@pytest.mark.parametrize("strategy", ["beam", "evolutionary", "mcts"])
+def test_other_strategies_use_llm_moves(problem, offline, strategy):
+    s, _ = llm_search(problem, offline, "search_llm_block1024", "search_llm_fma_where", "proposer_ok",
+                      "proposer_several", strategy=strategy, per_step=2, seed=1)
+    s.run(steps=4)
+    moves = [n.move for n in s.tree.nodes.values()]
+    assert moves[0] == "root" and "crossover" not in moves and moves.count("llm") == 3
+    # proposer_several's module is proposer_ok's: the same source is never a second node
+    assert len({n.candidate for n in s.tree.nodes.values()}) == len(s.tree.nodes)
+
+
+def test_resume_with_source_nodes(tmp_path, problem, offline):
+    store = Store(tmp_path / "s.sqlite")
+    gpu = RecordingGPU()
+    first = make_search(problem, gpu, proposer="llm", offline=offline, store=store, search_id="llm1", per_step=2,
+                        llm_client=make_client("search_llm_block1024", "proposer_malformed", concurrency=1))
+    first.run(steps=2)
+    calls, n_nodes = gpu.calls, len(first.tree.nodes)
+    assert n_nodes == 2
+
+    client = make_client("search_llm_fma_where", "search_llm_block1024", concurrency=1)
+    again = make_search(problem, gpu, proposer="llm", offline=offline, store=store, search_id="llm1", per_step=2,
+                        llm_client=client)
+    assert again.steps == 2 and len(again.tree.nodes) == n_nodes and gpu.calls == calls
+    node = again.tree.nodes[1]
+    assert node.move == "llm" and node.choice is None and node.source == first.tree.nodes[1].source
+    assert node.speedup == first.tree.nodes[1].speedup and again.best.nid == 1
+    assert again.memory.render() == first.memory.render()  # the failed proposal came back from its event
+    assert again.summaries[1] == first.summaries[1]
+
+    again.run(steps=1)
+    [request, _] = client.client.requests
+    content = request["messages"][0]["content"]
+    assert node.source.strip() in content and "unparsable reply x1" in content
+    # block1024 again is a known source: not evaluated twice; fma_where is new
+    assert [n.move for n in again.tree.nodes.values()] == ["root", "llm", "llm"]
+    assert "tl.fma" in again.tree.nodes[2].source and gpu.calls > calls
+
+
+def test_make_search_flavours(problem, offline, monkeypatch):
+    s = make_search(problem, RecordingGPU(), offline=offline)
+    assert s.llm_moves is None and s.supports_crossover and s.report()["proposer"] == "offline"
+    with pytest.raises(ValueError, match="unknown proposer"):
+        make_search(problem, RecordingGPU(), proposer="gpt", offline=offline)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(LLMUnavailable):
+        make_search(problem, RecordingGPU(), proposer="llm", offline=offline)

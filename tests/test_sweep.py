@@ -1,0 +1,154 @@
+"""Sweep configs (workbench.config) and papermill sweeps (workbench.sweep).
+
+The real sweep runs notebook 01 on the CPU device (softmax_rows 8x100, one step): two runs that finish and one whose
+problem does not exist, in one call with two at once; a tiny notebook written here checks the per-run
+CUDA_VISIBLE_DEVICES and the `out_dir` parameter."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from workbench.config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
+from workbench.sweep import SweepError, gpu_names, notebook_parameters, run_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "experiments" / "smoke_sweep.yaml"
+NB01 = ROOT / "notebooks" / "01_explore_search.py"
+
+
+def _needs_papermill():
+    for m in ("papermill", "jupytext", "ipykernel", "nbformat"):
+        pytest.importorskip(m)
+
+
+def test_expand_and_run_ids():
+    cfg = load_sweep(SMOKE)
+    assert cfg.name == "smoke" and cfg.notebook == "notebooks/01_explore_search.py"
+    runs = expand(cfg)
+    assert len(runs) == 4
+    assert [r.point for r in runs] == [{"seed": 0, "strategy": "greedy"}, {"seed": 0, "strategy": "mcts"},
+                                       {"seed": 1, "strategy": "greedy"}, {"seed": 1, "strategy": "mcts"}]
+    assert runs[1].params == {**cfg.base, "seed": 0, "strategy": "mcts"}
+    assert runs[1].run_id.startswith("seed=0_strategy=mcts-")
+    assert [r.run_id for r in expand(load_sweep(SMOKE))] == [r.run_id for r in runs]  # deterministic
+    assert len({r.run_id for r in runs}) == 4
+    # a changed base gives new ids; values that are not path-safe are made so
+    other = dataclasses.replace(cfg, base={**cfg.base, "steps": 2})
+    assert not {r.run_id for r in expand(other)} & {r.run_id for r in runs}
+    odd = SweepConfig("odd", "nb.py", grid={"overrides": [["a=1", "b/c=2 x"]], "problem": ["../x"]})
+    (rid,) = [r.run_id for r in expand(odd)]
+    assert "/" not in rid and " " not in rid and rid.startswith("overrides=a=1+b-c=2-x_problem=.-x-")
+    assert [r.run_id.rsplit("-", 1)[0] for r in expand(SweepConfig("b", "nb.py", base={"x": 1}))] == ["base"]
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = load_sweep(SMOKE)
+    p = tmp_path / "again.yaml"
+    to_yaml(cfg, p)
+    assert load_sweep(p) == cfg
+    cfg2 = SweepConfig("gpu", "nb.py", base={"overrides": ["a=1"], "flag": True, "x": None},
+                       grid={"seed": [0, 1]}, jobs=2, devices=["0", "1"])
+    assert from_dict(__import__("yaml").safe_load(to_yaml(cfg2))) == cfg2
+
+
+@pytest.mark.parametrize("text, key", [
+    ("name: a\nnotebook: nb.py\ngird: {seed: [1]}\n", "gird"),
+    ("notebook: nb.py\n", "name"),
+    ("name: a/b\nnotebook: nb.py\n", "name"),
+    ("name: a\nnotebook: nb.py\ngrid: {seed: 3}\n", "grid.seed"),
+    ("name: a\nnotebook: nb.py\ngrid: {seed: []}\n", "grid.seed"),
+    ("name: a\nnotebook: nb.py\nbase: [1, 2]\n", "base"),
+    ("name: a\nnotebook: nb.py\njobs: 0\n", "jobs"),
+    ("name: a\nnotebook: nb.py\ndevices: 0\n", "devices"),
+])
+def test_config_errors_name_file_and_key(tmp_path, text, key):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(p)
+    assert str(p) in str(e.value) and f": {key}:" in str(e.value)
+
+
+def test_notebook_parameters_and_gpu_names():
+    assert notebook_parameters(NB01) == ["problem", "overrides", "strategy", "steps", "seed", "device",
+                                         "replay_data", "interactive"]
+    assert gpu_names("GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n") == ["NVIDIA H200"] * 2
+    assert gpu_names("") == []
+
+
+def test_unknown_parameter_rejected_before_any_run(tmp_path):
+    out = tmp_path / "runs"
+    cfg = dataclasses.replace(load_sweep(SMOKE), base={**load_sweep(SMOKE).base, "stpes": 1})
+    with pytest.raises(SweepError) as e:
+        run_sweep(cfg, out_root=out)
+    msg = str(e.value)
+    assert "stpes" in msg and "base" in msg and "problem, overrides, strategy, steps" in msg
+    cfg = dataclasses.replace(load_sweep(SMOKE), grid={"seed": [0], "temperature": [0.1, 1.0]})
+    with pytest.raises(SweepError, match="grid: unknown parameter.*temperature"):
+        run_sweep(cfg, out_root=out)
+    with pytest.raises(SweepError, match="matches no run"):
+        run_sweep(load_sweep(SMOKE), out_root=out, only="seed=7*")
+    assert not out.exists()  # nothing started, not even the folder
+
+
+@pytest.mark.timeout(120)
+def test_real_sweep_of_notebook_01(tmp_path):
+    _needs_papermill()
+    base = {**load_sweep(SMOKE).base}
+    cfg = SweepConfig("t", str(NB01), base=base, grid={"problem": ["softmax_rows", "no_such_problem"], "seed": [0, 1]},
+                      jobs=2)
+    out = tmp_path / "runs"
+    good = "problem=softmax_rows_*"
+    # two runs of softmax_rows and one of a problem that does not exist, two at a time
+    s = run_sweep(cfg, out_root=out, only=[good, "problem=no_such_problem_seed=0-*"])
+    assert len(s.runs) == 3 and len(s.ok) == 2 and len(s.failed) == 1 and not s.skipped, s.text()
+    for r in s.ok:
+        m = json.loads((r.dir / "manifest.json").read_text())
+        assert m["status"] == "ok" and m["error"] is None and m["params"] == r.params
+        assert m["start"] and m["end"] and m["python"] and m["workbench"] and "git_sha" in m and "gpu" in m
+        assert (r.dir / "notebook.ipynb").is_file() and (r.dir / "config.yaml").is_file()
+        assert __import__("yaml").safe_load((r.dir / "config.yaml").read_text()) == r.params
+    bad = s.failed[0]
+    m = json.loads((bad.dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["error"].startswith("ProblemError: no problem file at 'no_such_problem'")
+    assert "Problem.load" in m["traceback"] and (bad.dir / "notebook.ipynb").is_file()
+    frame = s.frame()
+    assert list(frame.status) == ["ok", "ok", "failed"] and list(frame.seed) == [0, 1, 0]
+    # the report parsed from the executed notebooks: nothing timed on the CPU, no GPU-seconds spent
+    assert frame.gpu_seconds[:2].tolist() == [0.0, 0.0] and math.isnan(frame.gpu_seconds[2])
+    assert frame.best_speedup.isna().all()
+    # resume: the two finished runs are skipped
+    again = run_sweep(cfg, out_root=out, only=good)
+    assert [r.status for r in again.runs] == ["skipped", "skipped"]
+    assert [r.dir for r in again.runs] == s.dirs("ok") and "2 skipped" in again.text()
+
+
+TINY = '''# %% tags=["parameters"]
+x = 1
+out_dir = ""
+
+# %%
+import json, os
+from pathlib import Path
+Path(out_dir, "seen.json").write_text(json.dumps({"x": x, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_devices_and_out_dir(tmp_path):
+    _needs_papermill()
+    nb = tmp_path / "tiny.py"
+    nb.write_text(TINY)
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("name: tiny\nnotebook: tiny.py\ngrid: {x: [1, 2, 3]}\njobs: 4\ndevices: [3, 5]\n")
+    s = run_sweep(cfg, out_root=tmp_path / "runs")  # the notebook is found next to the config
+    assert len(s.ok) == 3, s.text()
+    seen = [json.loads((r.dir / "seen.json").read_text()) for r in s.runs]
+    assert [v["x"] for v in seen] == [1, 2, 3] and {v["cuda"] for v in seen} <= {"3", "5"}
+    for r, v in zip(s.runs, seen):
+        assert json.loads((r.dir / "manifest.json").read_text())["cuda_visible_devices"] == v["cuda"]
+    assert "best_speedup" not in s.frame().columns  # no search report in this notebook

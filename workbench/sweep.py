@@ -1,0 +1,425 @@
+"""Papermill sweeps: run one notebook over a grid of parameters, one process per run, resumable.
+
+    summary = run_sweep("experiments/smoke_sweep.yaml", jobs=2)
+    print(summary.text()); summary.frame()
+
+Layout under the out root (default `results/runs`):
+
+    <out_root>/.jupyter/kernels/workbench-sweep/kernel.json   a kernelspec for this interpreter (JUPYTER_PATH)
+    <out_root>/<sweep name>/.input/<notebook>.ipynb            the notebook converted from py:percent
+    <out_root>/<sweep name>/<run_id>/manifest.json             status running -> ok | failed, environment, times
+    <out_root>/<sweep name>/<run_id>/config.yaml               the resolved parameters
+    <out_root>/<sweep name>/<run_id>/notebook.ipynb            the executed notebook (also when it failed)
+    <out_root>/<sweep name>/<run_id>/papermill.log             papermill's stdout/stderr
+
+Every parameter name is checked against the notebook's `parameters` cell before any run starts. A failed run keeps
+its error in its manifest and the sweep goes on; running the sweep again skips the runs whose manifest says "ok".
+With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
+parameter decides.
+"""
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import fnmatch
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .config import ConfigError, RunSpec, SweepConfig, expand, load_sweep
+
+KERNEL_NAME = "workbench-sweep"
+OUT_DIR_PARAM = "out_dir"  # passed to notebooks that declare it: where they may write events/parquet
+_PARAM_CELL = re.compile(r"^#\s*%%.*\btags\s*=\s*\[[^\]]*[\"']parameters[\"']")
+_CELL = re.compile(r"^#\s*%%")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_TAIL = 30  # traceback lines kept in a failed manifest
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start (unknown parameters, missing notebook, nothing selected)."""
+
+
+# ---------------------------------------------------------------------------------------------- the notebook
+
+
+def resolve_notebook(cfg: SweepConfig) -> Path:
+    """The notebook path: absolute, else relative to the working directory, else to the config file's folder or one
+    of its parents (so `notebooks/...` in `experiments/x.yaml` works from anywhere in the repository)."""
+    p = Path(cfg.notebook)
+    if p.is_absolute():
+        cands = [p]
+    else:
+        cands = [Path.cwd() / p]
+        if cfg.source:
+            src = Path(cfg.source).resolve().parent
+            cands += [d / p for d in (src, *src.parents)]
+    for c in cands:
+        if c.is_file():
+            return c.resolve()
+    raise SweepError(f"{cfg.source or cfg.name}: notebook: {cfg.notebook} not found")
+
+
+def _parameters_source(nb: Path) -> str:
+    if nb.suffix == ".ipynb":
+        cells = json.loads(nb.read_text())["cells"]
+        for c in cells:
+            if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", []):
+                src = c["source"]
+                return "".join(src) if isinstance(src, list) else src
+        raise SweepError(f"{nb}: no cell tagged 'parameters'")
+    lines = nb.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if _PARAM_CELL.match(line):
+            body = []
+            for nxt in lines[i + 1:]:
+                if _CELL.match(nxt):
+                    break
+                body.append(nxt)
+            return "\n".join(body)
+    raise SweepError(f"{nb}: no cell marked '# %% tags=[\"parameters\"]'")
+
+
+def notebook_parameters(nb: str | Path) -> list[str]:
+    """Names assigned in the notebook's `parameters` cell, in order."""
+    nb = Path(nb)
+    try:
+        tree = ast.parse(_parameters_source(nb))
+    except SyntaxError as e:
+        raise SweepError(f"{nb}: parameters cell does not parse: {e}") from None
+    names: list[str] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and n.id not in names:
+                    names.append(n.id)
+    return names
+
+
+def check_parameters(cfg: SweepConfig, nb: Path) -> list[str]:
+    known = notebook_parameters(nb)
+    for section, names in (("base", cfg.base), ("grid", cfg.grid)):
+        bad = [k for k in names if k not in known]
+        if bad:
+            raise SweepError(f"{cfg.source or cfg.name}: {section}: unknown parameter(s) {', '.join(bad)} for "
+                             f"{nb.name}; its parameters are: {', '.join(known)}")
+    return known
+
+
+def _input_notebook(nb: Path, sweep_dir: Path) -> Path:
+    if nb.suffix == ".ipynb":
+        return nb
+    import jupytext
+
+    out = sweep_dir / ".input" / (nb.stem + ".ipynb")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = jupytext.read(nb)
+    doc.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "workbench sweep", "language": "python"}
+    jupytext.write(doc, out)
+    return out
+
+
+def ensure_kernelspec(out_root: Path) -> Path:
+    """A kernelspec for this interpreter under `<out_root>/.jupyter` (put on JUPYTER_PATH for the runs), so a fresh
+    `pip install -e .[test]` needs no `ipykernel install`."""
+    root = out_root / ".jupyter"
+    d = root / "kernels" / KERNEL_NAME
+    d.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"workbench sweep ({sys.executable})", "language": "python"}
+    (d / "kernel.json").write_text(json.dumps(spec, indent=1))
+    return root
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cmd(args: list[str], cwd: Path | None = None) -> str | None:
+    if shutil.which(args[0]) is None:
+        return None
+    try:
+        r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def gpu_names(smi_l: str) -> list[str]:
+    """GPU names from `nvidia-smi -L` output (`GPU 0: NVIDIA H200 (UUID: GPU-...)`), in index order."""
+    return [m.group(1).strip() for m in re.finditer(r"^GPU \d+: (.*?)(?: \(UUID:.*\))?\s*$", smi_l, re.M)]
+
+
+def environment(repo: Path) -> dict[str, Any]:
+    sha = _cmd(["git", "rev-parse", "HEAD"], repo)
+    status = _cmd(["git", "status", "--porcelain"], repo) if sha else None
+    gpus = gpu_names(_cmd(["nvidia-smi", "-L"]) or "")
+    return {"git_sha": sha.strip() if sha else None, "git_dirty": bool(status.strip()) if status is not None else None,
+            "python": platform.python_version(), "executable": sys.executable,
+            "torch": _version("torch"), "triton": _version("triton"), "workbench": _version("workbench"),
+            "host": platform.node(), "gpus": gpus}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=repr))
+    os.replace(tmp, path)
+
+
+def read_manifest(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- one run
+
+
+def _notebook_error(path: Path) -> tuple[str, list[str]] | None:
+    """(ename: evalue, traceback lines) of the first error output of an executed notebook."""
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for c in nb.get("cells", []):
+        for o in c.get("outputs", []) or []:
+            if o.get("output_type") == "error":
+                tb = [ln for t in o.get("traceback", []) for ln in _ANSI.sub("", t).splitlines()]
+                return f"{o.get('ename')}: {o.get('evalue')}", tb
+    return None
+
+
+def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, env_info: dict, cwd: Path,
+             pass_out_dir: bool, devices: "queue.Queue[str] | None") -> "RunResult":
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = devices.get() if devices is not None else None
+    t0 = time.monotonic()
+    manifest: dict[str, Any] = {"run_id": spec.run_id, "status": "running", "params": spec.params,
+                                "grid_point": spec.point, "notebook": str(input_nb), "start": _now(), "end": None,
+                                "seconds": None, "error": None, "traceback": None,
+                                "cuda_visible_devices": device, **env_info}
+    manifest["gpu"] = (env_info["gpus"][int(device)] if device is not None and device.isdigit()
+                       and int(device) < len(env_info["gpus"]) else env_info["gpus"][0] if env_info["gpus"] else None)
+    try:
+        _write_json(run_dir / "manifest.json", manifest)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(spec.params, sort_keys=False, default_flow_style=None))
+        out_nb = run_dir / "notebook.ipynb"
+        args = [sys.executable, "-m", "papermill", str(input_nb), str(out_nb), "-k", KERNEL_NAME, "-l", "python",
+                "-f", str(run_dir / "config.yaml"), "--cwd", str(cwd), "--no-progress-bar", "--log-output"]
+        if pass_out_dir:
+            args += ["-p", OUT_DIR_PARAM, str(run_dir)]
+        env = dict(os.environ)
+        env["JUPYTER_PATH"] = os.pathsep.join([str(kernel_root), *filter(None, [env.get("JUPYTER_PATH")])])
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+        with open(run_dir / "papermill.log", "w") as log:
+            rc = subprocess.run(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+        if rc == 0:
+            manifest["status"] = "ok"
+        else:
+            manifest["status"] = "failed"
+            err = _notebook_error(out_nb)
+            if err:
+                manifest["error"], tb = err
+            else:
+                tb = (run_dir / "papermill.log").read_text(errors="replace").splitlines()
+                manifest["error"] = next((ln for ln in reversed(tb) if ln.strip()), f"papermill exited {rc}")
+            manifest["traceback"] = "\n".join(tb[-_TAIL:])
+    except Exception as e:  # the sweep goes on; the run says why
+        manifest["status"] = "failed"
+        manifest["error"] = f"{type(e).__name__}: {e}"
+        manifest["traceback"] = "".join(traceback.format_exc().splitlines(keepends=True)[-_TAIL:])
+    finally:
+        if devices is not None and device is not None:
+            devices.put(device)
+    manifest["end"] = _now()
+    manifest["seconds"] = round(time.monotonic() - t0, 3)
+    _write_json(run_dir / "manifest.json", manifest)
+    return RunResult(spec.run_id, run_dir, manifest["status"], spec.params, manifest["error"], manifest["seconds"])
+
+
+# ---------------------------------------------------------------------------------------------- the summary
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    dir: Path
+    status: str  # "ok" | "failed" | "skipped" (an earlier run of this sweep finished ok)
+    params: dict[str, Any]
+    error: str | None = None
+    seconds: float | None = None
+
+
+def notebook_report(path: Path) -> dict | None:
+    """The search report (`search.report()`, a dict shown as text/plain) from an executed notebook, if any."""
+    try:
+        nb = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    for c in reversed(nb.get("cells", [])):
+        for o in c.get("outputs", []) or []:
+            text = o.get("data", {}).get("text/plain") if o.get("output_type") == "execute_result" else None
+            text = "".join(text) if isinstance(text, list) else text
+            if not text or "'by_status'" not in text or not text.lstrip().startswith("{"):
+                continue
+            try:
+                rep = ast.literal_eval(text)
+                if isinstance(rep, dict):
+                    return rep
+            except (ValueError, SyntaxError):
+                pass
+            rep = {}  # values that are not literals (e.g. numpy scalars): the two numbers by pattern
+            m = re.search(r"'gpu_seconds':\s*(?:np\.float\d*\()?([-+0-9.eE]+|nan|inf)", text)
+            if m:
+                rep["gpu_seconds"] = float(m.group(1))
+            m = re.search(r"'speedup_vs_eager':\s*(?:np\.float\d*\()?([-+0-9.eE]+|nan|inf)", text)
+            rep["best"] = {"speedup_vs_eager": float(m.group(1))} if m else None
+            return rep
+    return None
+
+
+@dataclass
+class SweepSummary:
+    name: str
+    root: Path
+    runs: list[RunResult] = field(default_factory=list)
+
+    def _with(self, status: str) -> list[RunResult]:
+        return [r for r in self.runs if r.status == status]
+
+    @property
+    def ok(self) -> list[RunResult]:
+        return self._with("ok")
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return self._with("failed")
+
+    @property
+    def skipped(self) -> list[RunResult]:
+        return self._with("skipped")
+
+    def dirs(self, status: str | None = None) -> list[Path]:
+        return [r.dir for r in self.runs if status is None or r.status == status]
+
+    def frame(self):
+        """One row per run: the parameters, status, error, seconds and, where the executed notebook shows the
+        search report, best_speedup (vs eager, NaN when nothing was timed) and gpu_seconds."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            row = {"run_id": r.run_id, **r.params, "status": r.status, "error": r.error, "seconds": r.seconds}
+            rep = notebook_report(r.dir / "notebook.ipynb")
+            if rep is not None:
+                best = rep.get("best") or {}
+                sp = best.get("speedup_vs_eager") if isinstance(best, dict) else None
+                row["best_speedup"] = float(sp) if isinstance(sp, (int, float)) else float("nan")
+                gs = rep.get("gpu_seconds")
+                row["gpu_seconds"] = float(gs) if isinstance(gs, (int, float)) else float("nan")
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def text(self) -> str:
+        lines = [f"sweep {self.name}: {len(self.ok)} ok, {len(self.failed)} failed, {len(self.skipped)} skipped "
+                 f"({self.root})"]
+        for r in self.runs:
+            extra = f"  {r.error}" if r.error else ""
+            secs = f" {r.seconds:.1f}s" if r.seconds is not None else ""
+            lines.append(f"  {r.status:8s}{r.run_id}{secs}{extra}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+
+# ---------------------------------------------------------------------------------------------- the sweep
+
+
+def _select(specs: list[RunSpec], only: str | Iterable[str] | None) -> list[RunSpec]:
+    if only is None:
+        return specs
+    pats = [only] if isinstance(only, str) else list(only)
+    chosen = [s for s in specs if any(s.run_id == p or fnmatch.fnmatchcase(s.run_id, p) for p in pats)]
+    if not chosen:
+        raise SweepError(f"--only {', '.join(pats)} matches no run; the runs are: "
+                         + ", ".join(s.run_id for s in specs))
+    return chosen
+
+
+def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, out_root: str | Path = "results/runs",
+              only: str | Iterable[str] | None = None) -> SweepSummary:
+    """Run the sweep's notebook once per grid point (`jobs` at once, default the config's), skipping runs already
+    "ok". `only`: run ids or glob patterns (`"seed=0_*"`) selecting some runs. Raises `ConfigError`/`SweepError`
+    before starting anything when the file, a parameter name or the selection is wrong."""
+    cfg = path_or_cfg if isinstance(path_or_cfg, SweepConfig) else load_sweep(path_or_cfg)
+    nb = resolve_notebook(cfg)
+    known = check_parameters(cfg, nb)
+    specs = _select(expand(cfg), only)
+    jobs = cfg.jobs if jobs is None else jobs
+    if jobs < 1:
+        raise SweepError(f"jobs must be at least 1, got {jobs}")
+    devices = None
+    if cfg.devices:
+        devices = queue.Queue()
+        for d in cfg.devices:
+            devices.put(d)
+        jobs = min(jobs, len(cfg.devices))  # one GPU per concurrent run
+
+    out_root = Path(out_root).resolve()
+    sweep_dir = out_root / cfg.name
+    summary = SweepSummary(cfg.name, sweep_dir)
+    results: dict[str, RunResult] = {}
+    todo = []
+    for s in specs:
+        m = read_manifest(sweep_dir / s.run_id)
+        if m is not None and m.get("status") == "ok":
+            results[s.run_id] = RunResult(s.run_id, sweep_dir / s.run_id, "skipped", s.params, None, m.get("seconds"))
+        else:
+            todo.append(s)
+    if todo:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        kernel_root = ensure_kernelspec(out_root)
+        input_nb = _input_notebook(nb, sweep_dir)
+        env_info = environment(nb.parent)
+        cwd = Path.cwd()
+        pass_out_dir = OUT_DIR_PARAM in known and OUT_DIR_PARAM not in cfg.base and OUT_DIR_PARAM not in cfg.grid
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
+                                pass_out_dir, devices) for s in todo]
+            for f in futs:
+                r = f.result()
+                results[r.run_id] = r
+    summary.runs = [results[s.run_id] for s in specs]
+    return summary
+
+
+__all__ = ["ConfigError", "RunResult", "SweepError", "SweepSummary", "check_parameters", "ensure_kernelspec",
+           "notebook_parameters", "notebook_report", "run_sweep"]
