@@ -98,3 +98,13 @@ def test_sweep_rejects_unknown_parameters_before_running(tmp_path):
     r = wb("sweep", str(cfg), "--out", str(tmp_path / "runs"))
     assert r.returncode == 2 and "no_such_parameter" in r.stderr and "problem" in r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_llm_proposer_without_key_says_so(monkeypatch):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "search", "softmax_rows", "--set", "batch_size=8",
+                        "--set", "dim=100", "--device", "cpu", "--proposer", "llm", "--steps", "1", "--no-store"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 2 and "ANTHROPIC_API_KEY" in r.stderr

@@ -4,7 +4,8 @@
     workbench problems show PROBLEM [--set NAME=VALUE ...] [--json]
     workbench eval PROBLEM CANDIDATE [--device auto|cuda|cpu] [--set ...] [--up-to STAGE] [--json]
     workbench propose PROBLEM [--set ...] [--n K] [--seed S] --out DIR
-    workbench search PROBLEM [--strategy greedy|beam|evolutionary|mcts] [--device auto|cuda|cpu|replay]
+    workbench search PROBLEM [--strategy greedy|beam|evolutionary|mcts] [--proposer offline|llm]
+                     [--device auto|cuda|cpu|replay]
                      [--budget-gpu-s N] [--steps N] [--seed N] [--search-id ID] [--json]
     workbench sweep experiments/X.yaml [--jobs N] [--only RUN_ID]
     workbench demo [--device auto|cuda|cpu]
@@ -155,13 +156,15 @@ def _search_device(args):
 
 def cmd_search(args) -> int:
     from .harness.budget import Budget
-    from .search import Search
+    from .search.search import make_search
 
     problem = _load_problem(args)
     device = _search_device(args)
     try:
-        search = Search(problem, device, strategy=args.strategy, budget=Budget(args.budget_gpu_s, args.budget_wall_s),
-                        store=_open_store(args), seed=args.seed, per_step=args.per_step, search_id=args.search_id)
+        # --proposer llm needs ANTHROPIC_API_KEY; without it make_search raises LLMUnavailable with that message
+        search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
+                             budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=_open_store(args),
+                             seed=args.seed, per_step=args.per_step, search_id=args.search_id)
 
         def progress(r):
             if not args.json:
@@ -258,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     srch = sub.add_parser("search", help="search a problem's kernel space under a GPU budget")
     _problem_args(srch)
     srch.add_argument("--strategy", default="greedy", choices=["greedy", "beam", "evolutionary", "mcts"])
+    srch.add_argument("--proposer", default="offline", choices=["offline", "llm"],
+                      help="who writes children: the offline proposer, or Claude via the anthropic SDK "
+                           "(needs ANTHROPIC_API_KEY)")
     srch.add_argument("--device", default="auto", help="auto, cuda, cuda:N, cpu or replay")
     srch.add_argument("--replay-data", action="append", default=[], help="store(s) of recorded GPU measurements")
     srch.add_argument("--budget-gpu-s", type=float, default=60.0)
@@ -299,12 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .devices.local import NoGPUError
+    from .llm.client import LLMUnavailable  # imports no SDK: the anthropic package is optional
     from .problems.loader import ProblemError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ProblemError, NoGPUError, ValueError, OSError) as e:
+    except (ProblemError, NoGPUError, LLMUnavailable, ValueError, OSError) as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
 
