@@ -49,7 +49,7 @@ class Search:
     def __init__(self, problem: Problem, device, strategy: str | strategies.Strategy = "greedy",
                  proposer: OfflineProposer | None = None, budget: Budget | None = None, store=None, seed: int = 0,
                  per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None,
-                 llm_moves=None, max_failed_steps: int = 3):
+                 llm_moves=None, max_failed_steps: int = 3, surrogate=None, screen=None, overgenerate: int = 3):
         self.problem = problem
         self.device = device
         self.proposer = proposer or OfflineProposer(problem)
@@ -69,6 +69,12 @@ class Search:
         self.max_failed_steps = max_failed_steps
         self.failed_steps = 0  # steps in a row whose proposals all failed (LLM moves only)
         self.summaries: dict[int, dict[str, Any]] = {}  # nid -> its evaluation summary (without stages)
+        # screening: the strategy over-generates `overgenerate` x the slots, the surrogate forecasts each, and the
+        # selective policy (`screen.decide(forecasts, slots)`) picks what the GPU measures; the rest are skipped,
+        # each skip kept with its forecast so calibration can be checked on any measured later
+        if (surrogate is None) != (screen is None):
+            raise ValueError("screening needs both a surrogate and a selective policy (screen)")
+        self.surrogate, self.screen, self.overgenerate = surrogate, screen, max(1, overgenerate)
         self.search_id = search_id
         if search_id and store is not None:
             self._resume(store.search_events(search_id))
@@ -78,19 +84,26 @@ class Search:
         stopped = self.budget.exhausted()
         if stopped:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), stopped)
+        screening = self.surrogate is not None and self.tree.root is not None
         if self.tree.root is None:
             proposals = [(None, "root", self.proposer.default_choice())]
         else:
-            proposals = self.strategy.propose(self, self.per_step)
+            proposals = self.strategy.propose(self, self.per_step * (self.overgenerate if screening else 1))
         failed = self._record_failed_proposals()
         if not proposals and not failed:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), "space exhausted")
         self.failed_steps = 0 if proposals else self.failed_steps + 1
         nodes = []
-        for parent, move, choice in proposals:
+        decisions: list[tuple[str, dict[str, Any] | None]] = [("measure", None)] * len(proposals)
+        if screening and proposals:
+            decisions = self._screen(proposals)
+        for (parent, move, payload), (decision, forecast) in zip(proposals, decisions):
+            if decision == "skip":
+                nodes.append(self._skip(parent, move, payload, forecast))
+                continue
             if self.budget.exhausted():
                 break
-            nodes.append(self._evaluate(parent, move, choice))
+            nodes.append(self._evaluate(parent, move, payload, forecast))
         self.steps += 1
         self._emit({"type": "step", "step": self.steps, "gpu_seconds": self.budget.gpu_spent,
                     "best": self.best_summary()})
@@ -135,13 +148,42 @@ class Search:
                 break
         return self.best
 
-    def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate) -> Node:
+    def _candidate(self, payload: Choice | Candidate) -> Candidate:
+        return payload if isinstance(payload, Candidate) else self.proposer.render(payload)
+
+    def _add_node(self, parent: int | None, move: str, payload: Choice | Candidate) -> tuple[Node, Candidate]:
+        cand = self._candidate(payload)
         if isinstance(payload, Candidate):  # an LLM-written module, evaluated as written
-            cand, choice = payload, None
-            node = self.tree.add(parent, move, None, cand.hash, source=cand.source)
-        else:
-            cand, choice = self.proposer.render(payload), payload
-            node = self.tree.add(parent, move, choice, cand.hash)
+            return self.tree.add(parent, move, None, cand.hash, source=cand.source), cand
+        return self.tree.add(parent, move, payload, cand.hash), cand
+
+    def _screen(self, proposals) -> list[tuple[str, dict[str, Any]]]:
+        """Forecast every proposal and let the selective policy choose what climbs the ladder."""
+        cands = [self._candidate(p) for _, _, p in proposals]
+        forecasts = self.surrogate.forecast(self.problem, cands, "eager")
+        labels = self.screen.decide(forecasts, self.per_step)
+        return [(label, {"probs": list(f.probs), "point": f.point, "confidence": f.confidence, "decision": label})
+                for label, f in zip(labels, forecasts)]
+
+    def _skip(self, parent: int | None, move: str, payload: Choice | Candidate, forecast: dict[str, Any]) -> Node:
+        node, cand = self._add_node(parent, move, payload)
+        node.status, node.forecast = "skipped", forecast
+        node.reason = f"skipped by the surrogate (confidence {forecast['confidence']:.2f})"
+        self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
+                                   move, "skipped", "", None, node.reason))
+        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move, "skipped": True,
+                    "choice": payload.to_dict() if not isinstance(payload, Candidate) else None,
+                    **({"source": cand.source, "origin": dict(cand.origin)} if isinstance(payload, Candidate)
+                       else {}),
+                    "candidate": cand.hash, "summary": {}, "last_stage": None, "forecast": forecast,
+                    "gpu_seconds": self.budget.gpu_spent})
+        return node
+
+    def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate,
+                  forecast: dict[str, Any] | None = None) -> Node:
+        node, cand = self._add_node(parent, move, payload)
+        choice = None if isinstance(payload, Candidate) else payload
+        node.forecast = forecast
         t0 = time.perf_counter()
         ev = self.ladder.evaluate(self.problem, cand)
         summary = {k: v for k, v in ev.summary().items() if k != "stages"}
@@ -154,7 +196,7 @@ class Search:
         self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move,
                     "choice": choice.to_dict() if choice is not None else None,
                     **({"source": cand.source, "origin": dict(cand.origin)} if choice is None else {}),
-                    "candidate": cand.hash, "summary": summary,
+                    "candidate": cand.hash, "summary": summary, "forecast": forecast,
                     "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
                     "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
         return node
@@ -200,6 +242,12 @@ class Search:
                                     tuple((g, json.dumps(c, sort_keys=True)) for g, c in configs))
                     node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
                 self.summaries[node.nid] = e["summary"]
+                node.forecast = e.get("forecast")
+                if e.get("skipped"):
+                    node.status = "skipped"
+                    node.reason = f"skipped by the surrogate (confidence {e['forecast']['confidence']:.2f})"
+                    self.memory.record(Attempt(node.candidate, None, node.move, "skipped", "", None, node.reason))
+                    continue
                 self._apply(node, e["summary"], e["last_stage"])
                 parent_speedup = self.tree.nodes[e["parent"]].speedup if e["parent"] is not None else None
                 self.memory.record(Attempt(node.candidate, None, node.move, node.status, node.stage, node.speedup,
@@ -237,7 +285,8 @@ class Search:
                 "proposer": "llm" if self.llm_moves is not None else "offline",
                 "candidates": len(nodes), "by_status": {s: sum(n.status == s for n in nodes)
                                                         for s in sorted({n.status for n in nodes})},
-                "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes), "surrogate": None}
+                "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes),
+                "surrogate": type(self.surrogate).__name__ if self.surrogate is not None else None}
 
 
 def make_search(problem: Problem, device, proposer: str = "offline", llm_client=None, **search_kwargs) -> Search:

@@ -29,6 +29,7 @@ class Node:
     prior: float = 1.0
     children: list[int] = dataclasses.field(default_factory=list)
     dead: bool = False
+    forecast: dict[str, Any] | None = None  # the surrogate's forecast when the search screens (kept for calibration)
     source: str | None = None  # an LLM-written candidate's module (choice is None then)
 
     @property
