@@ -197,3 +197,43 @@ def test_moves_are_labelled_and_follow_memory(proposer):
     kinds = {m.split(":")[0] for m, _ in moves}
     assert kinds <= {"config", "fuse"} and "config" in kinds
     assert len({c for _, c in moves}) == len(moves)
+
+
+class OracleSurrogate:
+    """A surrogate test double that knows RecordingGPU's formula (so the screening logic, not a model, is tested)."""
+
+    def forecast(self, problem, candidates, anchor="eager"):
+        import math
+
+        from workbench.surrogates import from_log2
+
+        out = []
+        for c in candidates:
+            h = int(hashlib.sha256(c.source.encode()).hexdigest()[:8], 16)
+            out.append(from_log2(math.log2(1.0 / (0.5 + (h % 1000) / 1000.0)), 0.05, 0.9 if h % 11 == 0 else 0.0))
+        return out
+
+
+def test_screening_measures_within_slots_and_keeps_skips(tmp_path, problem, proposer):
+    from workbench.surrogates import SelectivePolicy
+
+    gpu = RecordingGPU()
+    store = Store(tmp_path / "s.sqlite")
+    s = Search(problem, gpu, proposer=proposer, seed=4, per_step=2, overgenerate=3, store=store, search_id="scr",
+               surrogate=OracleSurrogate(), screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+    s.run(steps=4)
+    skipped = [n for n in s.tree.nodes.values() if n.status == "skipped"]
+    measured = [n for n in s.tree.nodes.values() if n.status != "skipped"]
+    assert skipped and s.report()["skipped_by_surrogate"] == len(skipped)
+    assert gpu.calls <= 2 * len(measured)  # every device call belongs to a measured node, never to a skipped one
+    assert all(n.forecast and n.forecast["decision"] == "skip" for n in skipped)
+    assert len(measured) <= 1 + 2 * 3  # the root, then at most the slots per step
+    assert s.report()["surrogate"] == "OracleSurrogate"
+    again = Search(problem, gpu, proposer=proposer, store=store, search_id="scr",
+                   surrogate=OracleSurrogate(), screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+    assert sum(n.status == "skipped" for n in again.tree.nodes.values()) == len(skipped)
+
+
+def test_screening_needs_both_parts(problem, proposer):
+    with pytest.raises(ValueError, match="surrogate and a selective policy"):
+        Search(problem, RecordingGPU(), proposer=proposer, surrogate=OracleSurrogate())

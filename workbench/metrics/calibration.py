@@ -1,0 +1,68 @@
+"""Calibration: does a stated confidence match the rate at which the forecast is right?
+
+`confidence` is one number in [0, 1] per item (e.g. `Forecast.confidence`, the top probability) and `correct` a
+0/1 per item (e.g. argmax == true bin). Bins are equal-width on [0, 1]: bin b = [b/n_bins, (b+1)/n_bins), the last
+one closed so that a confidence of exactly 1 falls in it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..llm.forecast import BINS
+
+
+def _conf_correct(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    c = np.asarray(confidence, dtype=float).ravel()
+    y = np.asarray(correct, dtype=float).ravel()
+    if c.shape != y.shape:
+        raise ValueError("confidence and correct differ in length")
+    if np.isnan(c).any() or (c < 0).any() or (c > 1).any():
+        raise ValueError("confidence must lie in [0, 1]")
+    return c, y
+
+
+def _bin_of(c: np.ndarray, n_bins: int) -> np.ndarray:
+    if n_bins < 1:
+        raise ValueError("n_bins must be at least 1")
+    return np.minimum(np.floor(c * n_bins).astype(int), n_bins - 1)
+
+
+def reliability_table(confidence, correct, n_bins: int = 10) -> pd.DataFrame:
+    """One row per bin (empty ones included): bin, lo, hi, count, confidence (mean confidence in the bin) and
+    accuracy (mean of `correct` in the bin); the two means are NaN for an empty bin."""
+    c, y = _conf_correct(confidence, correct)
+    b = _bin_of(c, n_bins)
+    rows = []
+    for i in range(n_bins):
+        m = b == i
+        k = int(m.sum())
+        rows.append({"bin": i, "lo": i / n_bins, "hi": (i + 1) / n_bins, "count": k,
+                     "confidence": float(c[m].mean()) if k else float("nan"),
+                     "accuracy": float(y[m].mean()) if k else float("nan")})
+    return pd.DataFrame(rows, columns=["bin", "lo", "hi", "count", "confidence", "accuracy"])
+
+
+def expected_calibration_error(confidence, correct, n_bins: int = 10) -> float:
+    """ECE = sum over bins of (count_b / n) * |accuracy_b - mean confidence_b| (equal-width bins, empty bins add
+    nothing). 0 for a perfectly calibrated forecaster; NaN for no items."""
+    t = reliability_table(confidence, correct, n_bins)
+    n = int(t["count"].sum())
+    if n == 0:
+        return float("nan")
+    t = t[t["count"] > 0]
+    return float(np.sum(t["count"] / n * np.abs(t["accuracy"] - t["confidence"])))
+
+
+def brier_multiclass(probs, true_bins) -> float:
+    """Mean over items of sum_k (p_k - [k == true])^2 over the 9 outcomes: 0 for certain and right, 2 for certain
+    and wrong, 8/9 for a uniform forecast."""
+    p = np.atleast_2d(np.asarray(probs, dtype=float))
+    t = np.asarray(true_bins, dtype=int).ravel()
+    if p.shape != (t.size, len(BINS)):
+        raise ValueError(f"probs must be (n, {len(BINS)}) with n = len(true_bins); got {p.shape}, {t.size}")
+    if not t.size:
+        return float("nan")
+    onehot = np.zeros_like(p)
+    onehot[np.arange(t.size), t] = 1.0
+    return float(np.mean(np.sum((p - onehot) ** 2, axis=1)))

@@ -1,0 +1,74 @@
+"""`SelectivePolicy`: which candidates get the GPU, given a surrogate's forecasts and a number of measurement slots.
+
+Per candidate, one of:
+- "measure": the forecast is confident (confidence >= tau) and promising (expected log2 speedup > min_gain): the GPU
+  confirms it. These take slots first, most promising first.
+- "defer": the forecast is unsure (confidence < tau), so the surrogate's opinion is not trusted and the GPU decides;
+  unsure ones fill the slots left after "measure", most promising first.
+- "explore": a few candidates the policy would otherwise skip, drawn at random, so that a surrogate that is
+  confidently wrong gets caught: floor(explore * slots) slots are set aside for them before the rest is allotted.
+- "skip": confident losers (confidence >= tau, expected log2 speedup <= min_gain), and whatever did not fit.
+
+At most `slots` candidates are measured (measure + defer + explore). Confidence is `Forecast.confidence` (the top
+probability; 0 for an unparsed forecast); promise is `expected_log2` (bins at their midpoints, "fails" at -3). Ties
+keep the input order. Exploration draws from a generator seeded once per policy, so the same seed and the same calls
+give the same decisions.
+
+`tau` should come from data: `SelectivePolicy.from_validation` picks the lowest tau whose accepted validation
+forecasts have mean error <= max_risk (`workbench.metrics.selectivity.threshold_for_risk`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..metrics.selectivity import threshold_for_risk
+from .forecast import Forecast, expected_log2
+
+MEASURE, DEFER, SKIP, EXPLORE = "measure", "defer", "skip", "explore"
+
+
+class SelectivePolicy:
+    def __init__(self, tau: float, explore: float = 0.1, seed: int = 0, min_gain: float = 0.0):
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError("explore must be in [0, 1]")
+        if tau != tau:
+            raise ValueError("tau must not be NaN")
+        self.tau = float(tau)
+        self.explore = explore
+        self.seed = seed
+        self.min_gain = min_gain
+        self._rng = np.random.default_rng(seed)
+
+    @classmethod
+    def from_validation(cls, confidence, error, max_risk: float, **kw) -> "SelectivePolicy":
+        """A policy whose tau is the lowest threshold at which the validation forecasts it would accept have mean
+        error <= max_risk (+inf when none: everything is deferred to the GPU)."""
+        return cls(threshold_for_risk(confidence, error, max_risk), **kw)
+
+    def confident(self, f: Forecast) -> bool:
+        return f.confidence >= self.tau
+
+    def decide(self, forecasts: Sequence[Forecast], slots: int) -> list[str]:
+        """One decision per forecast, in order (see the module docstring)."""
+        n = len(forecasts)
+        slots = max(0, min(int(slots), n))
+        gain = [expected_log2(f) for f in forecasts]
+        conf = [self.confident(f) for f in forecasts]
+        by_gain = sorted(range(n), key=lambda i: (-gain[i], i))
+        winners = [i for i in by_gain if conf[i] and gain[i] > self.min_gain]
+        unsure = [i for i in by_gain if not conf[i]]
+        n_explore = int(np.floor(self.explore * slots + 1e-9))
+        out = [SKIP] * n
+        for i in (winners + unsure)[:slots - n_explore]:
+            out[i] = MEASURE if conf[i] else DEFER
+        pool = [i for i in range(n) if out[i] == SKIP]
+        if n_explore and pool:
+            picks = self._rng.choice(len(pool), size=min(n_explore, len(pool)), replace=False)
+            for j in picks:
+                out[pool[int(j)]] = EXPLORE
+        return out
+
+    def __repr__(self) -> str:
+        return f"SelectivePolicy(tau={self.tau:.4g}, explore={self.explore}, seed={self.seed})"
