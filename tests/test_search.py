@@ -183,11 +183,9 @@ def test_shipped_suite_results_still_match_the_templates():
         if row.get("status") != "ok":
             continue
         prop = OfflineProposer(Problem.load(row["problem"]))
-        cfg = row["config"]
         from workbench.proposers.offline import Choice
 
-        choice = Choice(tuple(sorted(cfg["fuse"].items())),
-                        tuple((g, json.dumps(c, sort_keys=True)) for g, c in cfg["configs"].items()))
+        choice = Choice.from_dict(row["config"])
         assert _code(prop.render(choice).source) == _code(row["best_source"]), row["problem"]
 
 

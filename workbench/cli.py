@@ -32,6 +32,12 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
                    help="fp32 accuracy policy (default: the file's WORKBENCH_PRECISION, else strict)")
 
 
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, help="SQLite store path (default: $WORKBENCH_STORE or "
+                                                 "~/.workbench/store.sqlite)")
+    p.add_argument("--no-store", action="store_true", help="neither read nor write the store")
+
+
 def _load_problem(args):
     from .problems import Problem
 
@@ -246,9 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--up-to", default="full_timing", choices=STAGES)
     ev.add_argument("--seeds", type=int, default=5, help="correctness seeds (default 5)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
-    ev.add_argument("--store", default=None, help="SQLite store path (default: $WORKBENCH_STORE or "
-                                                  "~/.workbench/store.sqlite)")
-    ev.add_argument("--no-store", action="store_true", help="neither read nor write the store")
+    _store_args(ev)
     ev.set_defaults(func=cmd_eval)
 
     prop = sub.add_parser("propose", help="write candidates from the offline proposer")
@@ -272,8 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--per-step", type=int, default=4, help="candidates evaluated per step")
     srch.add_argument("--seed", type=int, default=0)
     srch.add_argument("--search-id", default=None, help="name the search to save its events and resume it")
-    srch.add_argument("--store", default=None)
-    srch.add_argument("--no-store", action="store_true")
+    _store_args(srch)
     srch.add_argument("--json", action="store_true")
     srch.set_defaults(func=cmd_search)
 
@@ -297,8 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")
-    demo.add_argument("--store", default=None)
-    demo.add_argument("--no-store", action="store_true")
+    _store_args(demo)
     demo.set_defaults(func=cmd_demo)
     return ap
 

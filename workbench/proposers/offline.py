@@ -46,6 +46,11 @@ class Choice:
     def to_dict(self) -> dict[str, Any]:
         return {"fuse": dict(self.fuse), "configs": {k: json.loads(v) for k, v in self.configs}}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Choice":
+        """The inverse of `to_dict` (events and result rows store choices this way)."""
+        return cls(tuple(sorted(d["fuse"].items())), tuple((g, _canon(c)) for g, c in d["configs"].items()))
+
 
 def _canon(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)

@@ -237,9 +237,7 @@ class Search:
                 if e.get("source") is not None:  # an LLM-written module
                     node = self.tree.add(e["parent"], e["move"], None, e["candidate"], source=e["source"])
                 else:
-                    configs = e["choice"]["configs"].items()
-                    choice = Choice(tuple(sorted(e["choice"]["fuse"].items())),
-                                    tuple((g, json.dumps(c, sort_keys=True)) for g, c in configs))
+                    choice = Choice.from_dict(e["choice"])
                     node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
                 self.summaries[node.nid] = e["summary"]
                 node.forecast = e.get("forecast")
