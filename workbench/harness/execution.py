@@ -36,12 +36,17 @@ def set_precision_policy(policy: str) -> None:
 def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> Pair:
     init = problem.init_inputs()
     torch.manual_seed(seed)
-    reference = problem.make_reference(init).to(device).eval()
+    # built on the device: initialising large weights on the host and copying them over cost seconds per candidate
+    # (a 32768 x 4096 embedding: ~2 s), more than its correctness checks
+    with torch.device(device):
+        reference = problem.make_reference(init)
+    reference = reference.to(device).eval()
     cls = sandbox.import_candidate(cand_path)
     sandbox.check_constructor(cls, init)
     torch.manual_seed(seed)
     try:
-        candidate = cls(*init)
+        with torch.device(device):
+            candidate = cls(*init)
     except Exception as e:
         raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
     candidate = candidate.to(device).eval()

@@ -48,9 +48,11 @@ class Ladder:
         self._floors: dict[str, float | None] = {}
         self._compiled: dict[tuple[str, str], StageRecord] = {}
 
-    def precompile(self, problem: Problem, candidates: list[Candidate], workers: int = 4) -> None:
+    def precompile(self, problem: Problem, candidates: list[Candidate], workers: int = 4,
+                   pool: list | None = None) -> None:
         """Run the compile stage for many candidates at once on extra CPU workers, ahead of their climbs, so
-        compilation stays off the GPU's critical path; `evaluate` then uses these records."""
+        compilation stays off the GPU's critical path; `evaluate` then uses these records. A caller that compiles
+        for many problems passes its own `pool` of CPU devices (kept open: worker start-up is paid once)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from ..devices.local import LocalDevice
@@ -58,7 +60,10 @@ class Ladder:
         todo = [c for c in candidates if (problem.key, c.hash) not in self._compiled]
         if not todo:
             return
-        pool = [LocalDevice("cpu", timeouts=getattr(self.device, "timeouts", None)) for _ in range(workers)]
+        own = pool is None
+        if own:
+            pool = [LocalDevice("cpu", timeouts=getattr(self.device, "timeouts", None)) for _ in range(workers)]
+        workers = len(pool)
         try:
             def one(i: int) -> StageRecord:
                 return pool[i % workers].compile(problem, todo[i].write())
@@ -67,7 +72,7 @@ class Ladder:
                 for cand, rec in zip(todo, ex.map(one, range(len(todo)))):
                     self._compiled[(problem.key, cand.hash)] = rec
         finally:
-            for d in pool:
+            for d in pool if own else []:
                 d.close()
 
     def evaluate(self, problem: Problem, candidate: Candidate, up_to: str = "full_timing",

@@ -110,6 +110,6 @@ def compare(out, ref, tol: Tolerance) -> tuple[bool, str, dict[str, Any]]:
     if n_bad:
         worst = int(torch.argmax(diff - bound))
         return False, (f"output mismatch: {n_bad} of {r.numel()} elements outside |d| <= {tol.rtol:g}*|ref| + "
-                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o[worst]):.4g} vs {float(r[worst]):.4g}) though the "
+                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o.flatten()[worst]):.4g} vs {float(r.flatten()[worst]):.4g} at flat index {worst}) though the "
                        f"relative error {rel:.3g} is within {tol.norm:g}"), facts
     return True, "", facts
