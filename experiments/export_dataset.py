@@ -157,7 +157,20 @@ def main() -> None:
     args = ap.parse_args()
     raw, out = Path(args.raw), Path(args.out)
     rows = read_rows(raw)
-    cands = pd.DataFrame([candidate_row(r) for r in rows if r["kind"] == "candidate"])
+    # a candidate also taken through full timing answers replay with that evaluation (its stages run static ->
+    # full_timing in one climb, so it holds a quick timing too); the columns keep the collection's quick timing
+    fulls = {(r["problem_key"], r["candidate"]): r["evaluation"] for r in rows if r["kind"] == "full"
+             and r["evaluation"]["stages"] and r["evaluation"]["stages"][-1]["name"] == "full_timing"}
+    cand_rows = []
+    for r in rows:
+        if r["kind"] == "candidate":
+            row = candidate_row(r)
+            full = fulls.get((r["problem_key"], r["candidate"]))
+            if full is not None:
+                row["evaluation_json"] = json.dumps(full, sort_keys=True, default=str)
+            row["full_timed"] = full is not None
+            cand_rows.append(row)
+    cands = pd.DataFrame(cand_rows)
     cands["regenerates"] = regenerates(cands)
     problems = pd.DataFrame(problem_rows(rows, cands))
     full = pd.DataFrame(full_rows(rows))

@@ -148,16 +148,41 @@ def cmd_propose(args) -> int:
 
 
 def _search_device(args):
-    from .devices import get_device
+    """The device a search runs on: --device auto takes the GPU when one is visible, else replays recorded H200
+    measurements (and says so)."""
+    from .devices import cuda_gpu_count, get_device
     from .devices.replay import ReplayDevice
 
-    if args.device != "replay":
-        return get_device(args.device)
-    data = args.replay_data or [str(p) for p in sorted(Path(__file__).resolve().parents[1].glob("results/datasets/*.sqlite"))]
-    if not data:
-        raise ValueError("the replay device needs recorded measurements: pass --replay-data STORE.sqlite "
-                         "(a store written by evaluations on a real GPU)")
-    return ReplayDevice.from_paths(data)
+    spec = args.device
+    if spec == "auto":
+        spec = "cuda" if cuda_gpu_count() > 0 else "replay"
+        if spec == "replay":
+            print("no GPU visible: replaying recorded NVIDIA H200 measurements (results/dataset). Candidates the "
+                  "dataset never measured are answered 'not measured', never estimated.", file=sys.stderr)
+    if spec != "replay":
+        return get_device(spec)
+    return ReplayDevice.from_dataset(args.dataset, stores=args.replay_data)
+
+
+def _search_surrogate(args, problem):
+    """(surrogate, selective policy) for --surrogate, or (None, None)."""
+    if args.surrogate == "none":
+        return None, None
+    from .surrogates import SelectivePolicy
+
+    if args.surrogate == "roofline":
+        from .surrogates import RooflineSurrogate
+
+        return RooflineSurrogate(), SelectivePolicy(tau=args.tau if args.tau is not None else 1.01,
+                                                    seed=args.seed)
+    if args.surrogate == "learned":
+        from .surrogates.learned import LearnedSurrogate
+
+        model = LearnedSurrogate.load(args.surrogate_model) if args.surrogate_model else \
+            LearnedSurrogate.default()
+        tau = args.tau if args.tau is not None else model.tau
+        return model, SelectivePolicy(tau=tau, seed=args.seed)
+    raise ValueError(f"unknown surrogate '{args.surrogate}' (none, roofline, learned)")
 
 
 def cmd_search(args) -> int:
@@ -167,15 +192,27 @@ def cmd_search(args) -> int:
     problem = _load_problem(args)
     device = _search_device(args)
     try:
+        kwargs = {}
+        if device.kind == "replay":  # walk the measured part of the space: anything else is "not measured"
+            from .proposers.recorded import RecordedProposer
+
+            kwargs["offline"] = RecordedProposer.from_dataset(problem, args.dataset)
+        surrogate, screen = _search_surrogate(args, problem)
         # --proposer llm needs ANTHROPIC_API_KEY; without it make_search raises LLMUnavailable with that message
         search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
                              budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=_open_store(args),
-                             seed=args.seed, per_step=args.per_step, search_id=args.search_id)
+                             seed=args.seed, per_step=args.per_step, search_id=args.search_id,
+                             surrogate=surrogate, screen=screen, **kwargs)
+        if not args.json:
+            print(f"search {problem.name} on {device.name}: strategy {args.strategy}, proposer {args.proposer}, "
+                  f"surrogate {args.surrogate}, budget {args.budget_gpu_s:g} GPU-s", flush=True)
 
         def progress(r):
             if not args.json:
                 best = r.best["speedup_vs_eager"] if r.best else None
-                print(f"step {r.step:3d}  evaluated {len(r.nodes)}  GPU-s {r.gpu_seconds:8.2f}  best "
+                spent = min(r.gpu_seconds / args.budget_gpu_s, 1.0) if args.budget_gpu_s else 0.0
+                bar = "#" * int(20 * spent) + "." * (20 - int(20 * spent))
+                print(f"[{bar}] step {r.step:3d}  evaluated {len(r.nodes)}  GPU-s {r.gpu_seconds:8.2f}  best "
                       f"{'-' if best is None else f'{best:.3g}x eager'}" + (f"  [{r.stopped}]" if r.stopped else ""),
                       flush=True)
 
@@ -183,6 +220,9 @@ def cmd_search(args) -> int:
     finally:
         device.close()
     report = search.report()
+    if device.kind == "replay":
+        report["replay"] = {"of": device.recorded_device, "answered": device.answered,
+                            "not_measured": device.not_measured}
     if args.json:
         print(json.dumps(report, default=str))
     else:
@@ -268,8 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--proposer", default="offline", choices=["offline", "llm"],
                       help="who writes children: the offline proposer, or Claude via the anthropic SDK "
                            "(needs ANTHROPIC_API_KEY)")
-    srch.add_argument("--device", default="auto", help="auto, cuda, cuda:N, cpu or replay")
-    srch.add_argument("--replay-data", action="append", default=[], help="store(s) of recorded GPU measurements")
+    srch.add_argument("--device", default="auto",
+                      help="auto (the GPU if visible, else replay), cuda, cuda:N, cpu, ray or replay")
+    srch.add_argument("--dataset", default=None, help="replay dataset directory (default: the shipped results/dataset)")
+    srch.add_argument("--replay-data", action="append", default=[],
+                      help="extra store(s) of recorded GPU measurements for replay")
+    srch.add_argument("--surrogate", default="none", choices=["none", "roofline", "learned"],
+                      help="screen over-generated proposals with a surrogate and a selective policy")
+    srch.add_argument("--surrogate-model", default=None, help="a trained learned surrogate (workbench surrogate "
+                                                               "train --out); default: train on the dataset")
+    srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: the surrogate's, "
+                                                              "chosen on validation data)")
     srch.add_argument("--budget-gpu-s", type=float, default=60.0)
     srch.add_argument("--budget-wall-s", type=float, default=None)
     srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")

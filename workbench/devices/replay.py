@@ -1,7 +1,8 @@
 """The replay device: answers GPU ladder stages from recorded real measurements, never from a model.
 
-It reads evaluations recorded on a real GPU (`recorded_device`, e.g. "cuda:NVIDIA H200") from a store: the working
-store, plus any datasets given as other store files. A candidate is matched by its exact source (content hash) and
+It reads evaluations recorded on a real GPU (`recorded_device`, e.g. "cuda:NVIDIA H200") from stores: the shipped
+measurement dataset (`from_dataset`, results/dataset), or store files written by evaluations on a GPU (`from_paths`),
+or both. A candidate is matched by its exact source (content hash) and
 problem key; a stage that was never measured for it is answered "refused: not measured", never with an invented
 number. Recorded GPU-seconds are charged as they were spent, so budgets mean the same as on the GPU. The compile stage
 runs for real on the CPU (it needs no GPU).
@@ -39,6 +40,18 @@ class ReplayDevice:
         if missing:
             raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
         return cls([Store(p) for p in paths], **kw)
+
+    @classmethod
+    def from_dataset(cls, path: str | Path | None = None, stores: list[str | Path] = (), problems=None,
+                     **kw) -> "ReplayDevice":
+        """Replay the shipped measurement dataset (plus any extra store files)."""
+        from ..store import Store
+        from ..store.dataset import RecordedDataset
+
+        missing = [str(p) for p in stores if not Path(p).exists()]
+        if missing:
+            raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
+        return cls([RecordedDataset(path, problems=problems), *(Store(p) for p in stores)], **kw)
 
     @property
     def name(self) -> str:

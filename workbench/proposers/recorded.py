@@ -1,0 +1,95 @@
+"""`RecordedProposer`: the offline proposer restricted to the points of its space that were measured on a real GPU.
+
+A search on the replay device can only learn from candidates the dataset recorded; any other candidate is answered
+"not measured". Rather than waste steps on those, a replay search walks the recorded subset of the space: the
+offline proposer's own moves are kept when they land on a recorded point, and when too few do, the nearest recorded
+points (fewest differing fusion flags and configuration fields) are offered as "jump" moves. For a problem whose
+whole space was measured the walk is exactly the offline proposer's. The default point is the proposer's default
+when recorded, else the recorded point nearest to it.
+
+Points are recorded choices (canonical JSON from the dataset's `choice_json`) whose source still renders to the
+recorded hash (`regenerates`); the export checks that, and a test keeps templates and data in step.
+"""
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, Iterable
+
+from .offline import Choice, OfflineProposer
+
+
+def _canon(choice: Choice) -> str:
+    return json.dumps(choice.to_dict(), sort_keys=True)
+
+
+def _fields(choice: Choice) -> set[tuple[str, str, str]]:
+    d = choice.to_dict()
+    out = {("fuse", k, json.dumps(v)) for k, v in d["fuse"].items()}
+    for g, cfg in d["configs"].items():
+        out |= {(g, k, json.dumps(v, sort_keys=True)) for k, v in cfg.items()}
+    return out
+
+
+def distance(a: Choice, b: Choice) -> int:
+    """Fusion flags and configuration fields that differ (a field missing on one side counts once)."""
+    fa, fb = _fields(a), _fields(b)
+    keys_a, keys_b = {f[:2] for f in fa}, {f[:2] for f in fb}
+    return len(keys_a ^ keys_b) + sum(1 for f in fa if f[:2] in keys_b and f not in fb)
+
+
+class RecordedProposer(OfflineProposer):
+    def __init__(self, problem, recorded: Iterable[dict[str, Any] | str]):
+        super().__init__(problem)
+        self.recorded: dict[str, Choice] = {}
+        for item in recorded:
+            c = Choice.from_dict(json.loads(item) if isinstance(item, str) else item)
+            self.recorded[_canon(c)] = c
+        if not self.recorded:
+            raise ValueError(f"no recorded points for {problem.name}: the replay dataset holds no measurement of it "
+                             "(collect some with experiments/collect_dataset.py on a GPU)")
+
+    @classmethod
+    def from_dataset(cls, problem, path=None) -> "RecordedProposer":
+        from ..store.dataset import load
+
+        df = load("candidates", path)
+        rows = df[(df["problem_key"] == problem.key) & df["regenerates"]]
+        return cls(problem, rows["choice_json"].tolist())
+
+    def is_recorded(self, choice: Choice) -> bool:
+        return _canon(choice) in self.recorded
+
+    def space_size(self) -> int:
+        return len(self.recorded)
+
+    def default_choice(self) -> Choice:
+        d = super().default_choice()
+        if self.is_recorded(d):
+            return d
+        return min(self.recorded.values(), key=lambda c: (distance(c, d), _canon(c)))
+
+    def sample(self, n: int, seed: int = 0) -> list[Choice]:
+        first = self.default_choice()
+        rest = sorted((c for c in self.recorded.values() if c != first), key=_canon)
+        random.Random(seed).shuffle(rest)
+        return [first] + rest[: max(n - 1, 0)]
+
+    def enumerate(self, limit: int | None = None):
+        for i, c in enumerate(sorted(self.recorded.values(), key=_canon)):
+            if limit is not None and i >= limit:
+                return
+            yield c
+
+    def moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
+        out = [(m, c) for m, c in super().moves(choice, rng, k=k, memory=memory) if self.is_recorded(c)]
+        if len(out) < k:
+            taken = {_canon(c) for _, c in out} | {_canon(choice)}
+            near = sorted((distance(c, choice), rng.random(), key) for key, c in self.recorded.items()
+                          if key not in taken)
+            out += [("jump", self.recorded[key]) for _, _, key in near[: k - len(out)]]
+        return out
+
+    def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:
+        child = super().crossover(a, b, rng)
+        return child if child is not None and self.is_recorded(child) else None
