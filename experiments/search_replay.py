@@ -173,7 +173,9 @@ def main() -> None:
         if args.surrogate == "roofline":
             from workbench.surrogates import RooflineSurrogate
 
-            return RooflineSurrogate(), SelectivePolicy(tau=1.01, seed=0)
+            from workbench.devices import ceilings
+
+            return RooflineSurrogate(ceilings.load("NVIDIA H200")), SelectivePolicy(tau=1.01, seed=0)
         k = folds[problem_name]
         if k not in surrogates:
             from workbench.surrogates.learned import LearnedSurrogate

@@ -173,7 +173,9 @@ def _search_surrogate(args, problem):
     if args.surrogate == "roofline":
         from .surrogates import RooflineSurrogate
 
-        return RooflineSurrogate(), SelectivePolicy(tau=args.tau if args.tau is not None else 1.01,
+        from .devices import ceilings
+
+        return RooflineSurrogate(ceilings.load("NVIDIA H200")), SelectivePolicy(tau=args.tau if args.tau is not None else 1.01,
                                                     seed=args.seed)
     if args.surrogate == "learned":
         from .surrogates.learned import LearnedSurrogate
