@@ -257,3 +257,48 @@ def test_fp64_outputs_stay_fp64():
     assert compare(ref * (1 + 0.5e-9), ref, tol)[0]
     ok, _, facts = compare(ref * (1 + 2e-9), ref, tol)  # resolvable only in float64 arithmetic
     assert not ok and facts["rel_err"] == pytest.approx(2e-9, rel=1e-3)
+
+
+def test_slack_widens_only_the_elements_it_covers():
+    import torch
+
+    from workbench.harness.tolerance import Tolerance, compare
+
+    ref = torch.ones(4, 8)
+    out = ref.clone()
+    out[1, 3] += 0.5
+    tol = Tolerance(norm=0.5, rtol=1e-3, atol_rms=1e-3)
+    assert not compare(out, ref, tol)[0]
+    slack = torch.zeros_like(ref)
+    slack[1, 3] = 0.5
+    assert compare(out, ref, tol, slack)[0]
+    slack_elsewhere = torch.zeros_like(ref)
+    slack_elsewhere[0, 0] = 10.0
+    assert not compare(out, ref, tol, slack_elsewhere)[0]
+
+
+def test_reference_rounding_is_the_low_precision_references_own_error():
+    import types
+
+    import torch
+
+    from workbench.harness.correctness import _reference_rounding
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 16).to(torch.bfloat16)
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    pair = types.SimpleNamespace(reference=lin, device=torch.device("cpu"),
+                                 problem=types.SimpleNamespace(policy="strict"))
+    lo = lin(x)
+    slack = _reference_rounding(pair, [x], lo)
+    hi = torch.nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
+    assert torch.allclose(slack[0], (lo.float() - hi).abs())
+    assert float(slack[0].max()) > 0  # bf16 rounding is visible
+
+    class InsistsOnBf16(torch.nn.Module):
+        def forward(self, x):
+            assert x.dtype == torch.bfloat16
+            return x * 2
+
+    pair.reference = InsistsOnBf16()
+    assert _reference_rounding(pair, [x], x * 2) is None  # no fp32 re-run possible: no widening

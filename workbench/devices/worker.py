@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 _CTX = mp.get_context("spawn")
+_START_LOCK = threading.Lock()  # workers with different environments may start from several threads at once
 
 
 def _child_main(conn, env: dict[str, str]) -> None:
@@ -87,7 +88,20 @@ class Worker:
         self.stop()
         parent, child = _CTX.Pipe()
         self.proc = _CTX.Process(target=_child_main, args=(child, self.env), daemon=True, name=self.name)
-        self.proc.start()
+        # The environment is set in the parent while the child starts, not only inside it: a spawned child imports
+        # the parent's __main__ first, and a script that imports triton at its top would load it before
+        # TRITON_INTERPRET or CUDA_VISIBLE_DEVICES took effect.
+        with _START_LOCK:
+            saved = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            try:
+                self.proc.start()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         child.close()
         self.conn = parent
         if not parent.poll(self.start_timeout):

@@ -35,6 +35,7 @@ def check(pair: Pair, n_seeds: int = 5, tol_overrides: dict[str, Any] | None = N
     worst_rel = 0.0
     bitwise = True
     cls_name, tol = "fp32", tol_mod.DEFAULTS["fp32"]
+    widened = False
     for i in range(n_seeds):
         seed = SEED_BASE + 7919 * i
         inputs = make_inputs(problem, dev, seed)
@@ -78,6 +79,16 @@ def check(pair: Pair, n_seeds: int = 5, tol_overrides: dict[str, Any] | None = N
             return _fail(f"input mutated: the candidate changed input(s) {mutated} (seed {seed})", seed=seed)
 
         verdict = _compare_outputs(cand_out, ref_out, problem.policy, inputs, state_dtypes, tol_overrides)
+        if verdict[0] is not None and "outside" in verdict[0] and _low_precision(ref_out):
+            # A bf16/fp16 reference carries its own rounding error, large where few terms are summed (early rows of
+            # causal attention): even the exact answer rounded to bf16 can fall outside a bound judged against it.
+            # Re-run the reference in fp32 and widen each element's bound by |reference - fp32 reference|.
+            slack = _reference_rounding(pair, snapshot, ref_out)
+            if slack is not None:
+                verdict = _compare_outputs(cand_out, ref_out, problem.policy, inputs, state_dtypes, tol_overrides,
+                                           slack)
+                if verdict[0] is None:
+                    widened = True
         if verdict[0] is not None:
             return _fail(f"{verdict[0]} (seed {seed})", seed=seed, **verdict[2])
         cls_name, tol, facts = verdict[1], verdict[3], verdict[2]
@@ -99,11 +110,37 @@ def check(pair: Pair, n_seeds: int = 5, tol_overrides: dict[str, Any] | None = N
     return {"verdict": PASS, "reason": f"{n_seeds} seeds within {cls_name} bounds (worst relative error "
                                        f"{worst_rel:.2g} <= {tol.norm:g})",
             "data": {"seeds": n_seeds, "precision": cls_name, "tolerance": tol.to_dict(), "worst_rel_err": worst_rel,
+                     "bound_widened_by_reference_rounding": widened,
                      "bitwise_reproducible": bitwise, "policy": problem.policy}}
 
 
+def _low_precision(out: Any) -> bool:
+    return any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors(out))
+
+
+def _reference_rounding(pair: Pair, inputs: list[Any], ref_out: Any) -> list[Any] | None:
+    """|reference output - the reference re-run in fp32 (parameters and floating inputs widened, no tf32)| per
+    output, or None when the fp32 re-run is not possible (the model insists on its dtypes) or shapes differ."""
+    import copy
+
+    try:
+        wide = copy.deepcopy(pair.reference).float()
+        args = [t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in clone(inputs)]
+        set_precision_policy("strict")
+        try:
+            hi = run_model(wide, args, pair.device)
+        finally:
+            set_precision_policy(pair.problem.policy)
+    except Exception:
+        return None
+    lo_t, hi_t = tensors(ref_out), tensors(hi)
+    if len(lo_t) != len(hi_t) or any(a.shape != b.shape for a, b in zip(lo_t, hi_t)):
+        return None
+    return [(a.float() - b.float()).abs() if a.is_floating_point() else None for a, b in zip(lo_t, hi_t)]
+
+
 def _compare_outputs(cand_out: Any, ref_out: Any, policy: str, inputs: list[Any], state_dtypes: list[Any],
-                     tol_overrides: dict[str, Any] | None):
+                     tol_overrides: dict[str, Any] | None, slack: list[Any] | None = None):
     """(failure reason or None, precision class, facts, tolerance)."""
     cands, refs = tensors(cand_out), tensors(ref_out)
     if len(cands) != len(refs):
@@ -120,7 +157,7 @@ def _compare_outputs(cand_out: Any, ref_out: Any, policy: str, inputs: list[Any]
             return f"wrong device: output {k} is on {c.device}, expected {r.device}", "", facts, None
         dtypes = [t.dtype for t in tensors(inputs) if t.is_floating_point()] + state_dtypes + [r.dtype]
         cls_name, tol = tol_mod.resolve(dtypes, policy, tol_overrides)
-        ok, why, f = tol_mod.compare(c, r, tol)
+        ok, why, f = tol_mod.compare(c, r, tol, slack[k] if slack is not None and k < len(slack) else None)
         facts["outputs"].append(f)
         if not ok:
             return (why if len(refs) == 1 else f"{why} (output {k})"), cls_name, facts, tol

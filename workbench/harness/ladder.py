@@ -75,6 +75,19 @@ class Ladder:
             for d in pool if own else []:
                 d.close()
 
+    def compile_ahead(self, problem: Problem, candidates: list[Candidate], workers: int = 2) -> dict[str, StageRecord]:
+        """Compile records for candidates before any GPU stage (what a surrogate reads to forecast them): the
+        replay device answers from its recordings, other devices compile on CPU workers (`precompile`). The records
+        are kept for the candidates' climbs, so nothing is compiled twice."""
+        todo = [c for c in candidates if (problem.key, c.hash) not in self._compiled]
+        if self.device.kind == "replay":
+            for c in todo:
+                self._compiled[(problem.key, c.hash)] = self.device.compile(problem, c.write())
+        elif todo:
+            self.precompile(problem, todo, workers=workers)
+        return {c.hash: self._compiled[(problem.key, c.hash)] for c in candidates
+                if (problem.key, c.hash) in self._compiled}
+
     def evaluate(self, problem: Problem, candidate: Candidate, up_to: str = "full_timing",
                  force_full: bool = False) -> Evaluation:
         if up_to not in STAGES:

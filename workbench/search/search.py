@@ -160,6 +160,9 @@ class Search:
     def _screen(self, proposals) -> list[tuple[str, dict[str, Any]]]:
         """Forecast every proposal and let the selective policy choose what climbs the ladder."""
         cands = [self._candidate(p) for _, _, p in proposals]
+        if isinstance(getattr(self.surrogate, "compile_records", None), dict):
+            # a surrogate that reads compile facts gets them first: compiling is a CPU rung, it costs no GPU time
+            self.surrogate.compile_records.update(self.ladder.compile_ahead(self.problem, cands))
         forecasts = self.surrogate.forecast(self.problem, cands, "eager")
         labels = self.screen.decide(forecasts, self.per_step)
         return [(label, {"probs": list(f.probs), "point": f.point, "confidence": f.confidence, "decision": label})
