@@ -68,7 +68,7 @@ def candidate_row(r: dict) -> dict:
         "n_groups": len(choice.get("configs", {})), "fused_points": sum(bool(v) for v in choice.get("fuse", {}).values()),
         "fusion_points": len(choice.get("fuse", {})),
         "coverage_flops": origin.get("coverage_flops"), "coverage_bytes": origin.get("coverage_bytes"),
-        "space_size": r.get("space_size"), "gpu": r.get("gpu"),
+        "space_size": float(r["space_size"]) if r.get("space_size") is not None else None, "gpu": r.get("gpu"),
         "outcome": "ok" if qd else ("fails" if failed is not None and failed["verdict"] == "fail" else "unmeasured"),
         "failed_stage": failed["name"] if failed is not None else None,
         "fail_reason": (failed.get("reason") or "")[:500] if failed is not None else None,

@@ -282,7 +282,7 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
 
     import torch
 
-    from workbench.harness.correctness import _reference_rounding
+    from workbench.harness.execution import reference_rounding
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 16).to(torch.bfloat16)
@@ -290,10 +290,11 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
     pair = types.SimpleNamespace(reference=lin, device=torch.device("cpu"),
                                  problem=types.SimpleNamespace(policy="strict"))
     lo = lin(x)
-    slack = _reference_rounding(pair, [x], lo)
+    slack, rel = reference_rounding(pair, [x], lo)
     hi = torch.nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
     assert torch.allclose(slack[0], (lo.float() - hi).abs())
     assert float(slack[0].max()) > 0  # bf16 rounding is visible
+    assert abs(rel[0] - float(torch.linalg.vector_norm(lo.float() - hi) / torch.linalg.vector_norm(hi))) < 1e-6
 
     class InsistsOnBf16(torch.nn.Module):
         def forward(self, x):
@@ -301,4 +302,16 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
             return x * 2
 
     pair.reference = InsistsOnBf16()
-    assert _reference_rounding(pair, [x], x * 2) is None  # no fp32 re-run possible: no widening
+    assert reference_rounding(pair, [x], x * 2) is None  # no fp32 re-run possible: no widening
+
+
+def test_norm_slack_widens_the_relative_error_bound():
+    import torch
+
+    from workbench.harness.tolerance import Tolerance, compare
+
+    ref = torch.ones(100)
+    out = ref * 1.003  # relative error 0.003
+    tol = Tolerance(norm=0.002, rtol=0.01, atol_rms=0.01)
+    assert not compare(out, ref, tol)[0]
+    assert compare(out, ref, tol, norm_slack=0.0015)[0]

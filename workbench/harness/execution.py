@@ -129,3 +129,42 @@ def same_inputs(before: list[Any], after: list[Any]) -> list[int]:
 
 def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
+
+
+def widenable(ref_out: Any, policy: str) -> bool:
+    """Whether the reference may carry rounding error of its own: bf16/fp16 outputs, or a problem that accepts tf32."""
+    return policy == "tf32" or any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors(ref_out))
+
+
+def reference_rounding(pair: Pair, inputs: list[Any], ref_out: Any) -> tuple[list[Any], list[float]] | None:
+    """The reference's own error, per output: (|reference - strict fp32 re-run| elementwise, ||reference - re-run|| /
+    ||re-run||), the re-run with parameters and floating inputs widened to fp32 and tf32 off. None when the re-run is
+    not possible (the model insists on its dtypes) or its outputs do not line up."""
+    import copy
+
+    try:
+        wide = copy.deepcopy(pair.reference).float()
+        args = [t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in clone(inputs)]
+        set_precision_policy("strict")
+        try:
+            hi = run_model(wide, args, pair.device)
+        finally:
+            set_precision_policy(pair.problem.policy)
+    except Exception:
+        return None
+    lo_t, hi_t = tensors(ref_out), tensors(hi)
+    if len(lo_t) != len(hi_t) or any(a.shape != b.shape for a, b in zip(lo_t, hi_t)):
+        return None
+    slacks, rels = [], []
+    for a, b in zip(lo_t, hi_t):
+        if not a.is_floating_point():
+            slacks.append(None)
+            rels.append(0.0)
+            continue
+        d = (a.float() - b.float())
+        finite = torch.isfinite(d)
+        d = torch.where(finite, d, torch.zeros_like(d))
+        norm = float(torch.linalg.vector_norm(torch.where(finite, b.float(), torch.zeros_like(d))))
+        slacks.append(d.abs())
+        rels.append(float(torch.linalg.vector_norm(d)) / norm if norm > 0 else 0.0)
+    return slacks, rels

@@ -57,10 +57,10 @@ def resolve(dtypes: list[Any], policy: str, overrides: dict[str, Any] | None = N
     return cls, tol
 
 
-def compare(out, ref, tol: Tolerance, slack=None) -> tuple[bool, str, dict[str, Any]]:
+def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tuple[bool, str, dict[str, Any]]:
     """Judge one output tensor against the reference tensor (same shape and dtype already checked). `slack` (same
-    shape, >= 0) widens each element's bound: the reference's own rounding error, when it is known (see
-    `correctness`: a bf16/fp16 reference judged against its fp32 re-run)."""
+    shape, >= 0) widens each element's bound and `norm_slack` the relative-norm bound: the reference's own error,
+    when it is known (`execution.reference_rounding`: a bf16/fp16 or tf32 reference against its strict fp32 re-run)."""
     import torch
 
     facts: dict[str, Any] = {}
@@ -108,7 +108,7 @@ def compare(out, ref, tol: Tolerance, slack=None) -> tuple[bool, str, dict[str, 
     n_bad = int(bad.sum().item())
     facts.update(rel_err=rel, max_abs_err=float(diff.max()) if diff.numel() else 0.0, ref_rms=rms,
                  elements_outside=n_bad)
-    if not rel <= tol.norm:  # NaN fails too
+    if not rel <= tol.norm + norm_slack:  # NaN fails too
         return False, (f"output mismatch: relative error {rel:.3g} > {tol.norm:g} "
                        f"({n_bad} of {r.numel()} elements outside the elementwise bound)"), facts
     if n_bad:
