@@ -162,3 +162,34 @@ def test_measurements_to_reach():
     assert measurements_to_reach([3, 2, 1, 0], [1.0, 1.5, 2.0, np.nan], 3.0) is None
     assert measurements_to_reach([np.nan, 1, 0], [5, 1, 1], 5) == 3  # unscored candidates go last
     assert measurements_to_reach([1, 1], [1, 2], 2) == 2  # score ties keep the input order
+
+
+# ---- calibration: equal-mass bins, NLL ----
+
+def test_ece_equal_mass_bins():
+    from workbench.metrics import nll_multiclass  # noqa: F401  (exported)
+
+    conf, correct = [0.9, 0.1, 0.3, 0.2], [1, 0, 0, 1]
+    # sorted .1 .2 | .3 .9: conf .15 acc .5 gap .35; conf .6 acc .5 gap .1 -> .5 * .35 + .5 * .1 = .225
+    assert expected_calibration_error(conf, correct, 2, binning="mass") == pytest.approx(0.225)
+    # equal width (2 bins) puts .1 .2 .3 together (conf .2, acc 1/3) and .9 alone (gap .1): .75 * 2/15 + .25 * .1
+    assert expected_calibration_error(conf, correct, 2) == pytest.approx(0.75 * 2 / 15 + 0.25 * 0.1)
+    # 5 items in 2 runs: sizes 3 and 2 (the first longer); lo/hi are the bin's smallest and largest confidence
+    t = reliability_table([0.5, 0.1, 0.4, 0.2, 0.3], [1, 0, 0, 0, 1], 2, binning="mass")
+    assert t["count"].tolist() == [3, 2] and t["lo"].tolist() == [0.1, 0.4] and t["hi"].tolist() == [0.3, 0.5]
+    assert t["accuracy"].tolist() == pytest.approx([1 / 3, 0.5])
+    with pytest.raises(ValueError, match="binning"):
+        expected_calibration_error(conf, correct, 2, binning="quantiles")
+
+
+def test_nll_multiclass():
+    from workbench.metrics import nll_multiclass
+
+    assert nll_multiclass(np.eye(9)[[2]], [2]) == pytest.approx(0.0)
+    assert nll_multiclass(np.full((1, 9), 1 / 9), [5]) == pytest.approx(math.log(9))
+    # p_true .5 and .25: (log 2 + log 4) / 2
+    half = _onehot(3, 0.5)
+    quarter = _onehot(4, 0.25)
+    assert nll_multiclass(np.array([half, quarter]), [3, 4]) == pytest.approx((math.log(2) + math.log(4)) / 2)
+    # an outcome forecast impossible costs -log(eps)
+    assert nll_multiclass(np.eye(9)[[0]], [1], eps=1e-3) == pytest.approx(-math.log(1e-3))

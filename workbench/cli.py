@@ -8,6 +8,9 @@
                      [--device auto|cuda|cpu|replay]
                      [--budget-gpu-s N] [--steps N] [--seed N] [--search-id ID] [--json]
     workbench sweep experiments/X.yaml [--jobs N] [--only RUN_ID]
+    workbench report RUNS_DIR [--out report.html]
+    workbench surrogate train [--out PATH] [--data DIR] [--trees N]
+    workbench surrogate eval [--split random|problem|family] [--json] [--data DIR] [--folds K] [--only NAME]
     workbench demo [--device auto|cuda|cpu]
 
 PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
@@ -239,6 +242,59 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """A sweep's run directories as one self-contained HTML file (plotly.js inlined)."""
+    from .reports import write_sweep_report
+
+    print(write_sweep_report(args.runs_dir, args.out, title=args.title))
+    return 0
+
+
+def _surrogate_table(args):
+    from .store.dataset import load
+    from .surrogates.features import training_table
+
+    return training_table(load("candidates", args.data), load("problems", args.data))
+
+
+def default_surrogate_path() -> Path:
+    import os
+
+    return Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".workbench")) / "surrogates" / "learned.pkl"
+
+
+def cmd_surrogate_train(args) -> int:
+    """Train the learned surrogate on the measured dataset and save it."""
+    from .surrogates.learned import LearnedSurrogate
+
+    table = _surrogate_table(args)
+    s = LearnedSurrogate(n_estimators=args.trees, seed=args.seed).fit(table)
+    path = s.save(args.out or default_surrogate_path())
+    print(f"trained on {s.n_train} candidates of {len(s.train_problems)} problems in {s.fit_seconds:.1f} s: {path}")
+    return 0
+
+
+def cmd_surrogate_eval(args) -> int:
+    """Cross-validated metrics of the learned surrogate and the baselines on one split of the dataset."""
+    from .surrogates.evaluate import default_surrogates, evaluate, format_table, jsonable
+
+    table = _surrogate_table(args)
+    factories = default_surrogates(args.seed, args.trees)
+    if args.only:
+        unknown = set(args.only) - set(factories)
+        if unknown:
+            raise ValueError(f"unknown surrogate(s) {sorted(unknown)}; choose from {sorted(factories)}")
+        factories = {k: v for k, v in factories.items() if k in args.only}
+    results = evaluate(table, args.split, factories, k=args.folds, seed=args.seed)
+    if args.json:
+        print(json.dumps(jsonable(results)))
+    else:
+        print(f"split {args.split}: {len(table)} candidates, {table['problem_key'].nunique()} problems, "
+              f"{next(iter(results.values()))['folds']} folds")
+        print(format_table(results))
+    return 0
+
+
 def cmd_demo(args) -> int:
     """The main job until the search exists: the ladder over the shipped example candidates."""
     from .candidate import Candidate
@@ -349,6 +405,32 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--only", action="append", default=[], help="run ids or glob patterns to run (repeatable)")
     sw.set_defaults(func=cmd_sweep)
 
+    rep = sub.add_parser("report", help="render a sweep's run directories to one self-contained HTML file")
+    rep.add_argument("runs_dir", help="a sweep's folder, e.g. results/runs/replay")
+    rep.add_argument("--out", default=None, help="the HTML file (default: RUNS_DIR/report.html)")
+    rep.add_argument("--title", default=None)
+    rep.set_defaults(func=cmd_report)
+
+    sur = sub.add_parser("surrogate", help="the learned surrogate: train it, evaluate it against baselines")
+    sur_sub = sur.add_subparsers(dest="sub", required=True)
+    tr = sur_sub.add_parser("train", help="train on the measured dataset and save the model")
+    tr.add_argument("--out", default=None, help="model path (default: $WORKBENCH_HOME/surrogates/learned.pkl)")
+    tr.add_argument("--data", default=None, help="dataset directory (default: results/dataset)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--trees", type=int, default=250, help="trees per LightGBM model")
+    tr.set_defaults(func=cmd_surrogate_train)
+    se = sur_sub.add_parser("eval", help="cross-validated metrics of each surrogate and baseline")
+    se.add_argument("--split", default="problem", choices=["random", "problem", "family"],
+                    help="rows at random, whole problems held out (default), or whole kernel families held out")
+    se.add_argument("--folds", type=int, default=5, help="folds for the random and problem splits")
+    se.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="evaluate only this surrogate (learned, roofline, prior, random, oracle); repeatable")
+    se.add_argument("--data", default=None, help="dataset directory (default: results/dataset)")
+    se.add_argument("--seed", type=int, default=0)
+    se.add_argument("--trees", type=int, default=250, help="trees per LightGBM model of the learned surrogate")
+    se.add_argument("--json", action="store_true", help="print one JSON object keyed by surrogate name")
+    se.set_defaults(func=cmd_surrogate_eval)
+
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")
     _store_args(demo)
@@ -364,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ProblemError, NoGPUError, LLMUnavailable, ValueError, OSError) as e:
+    except (ProblemError, NoGPUError, LLMUnavailable, ValueError, OSError, ImportError) as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
 

@@ -8,10 +8,10 @@
 """
 from .bins import bin_accuracy, median_abs_log2_error, to_bin, within_one_bin
 from .budget import budget_recall, measurements_to_reach
-from .calibration import brier_multiclass, expected_calibration_error, reliability_table
+from .calibration import brier_multiclass, expected_calibration_error, nll_multiclass, reliability_table
 from .ranking import kendall_tau, pairwise_accuracy, per_pool, spearman_rho
 from .selectivity import aurc, risk_coverage, threshold_for_risk
 
 __all__ = ["aurc", "bin_accuracy", "brier_multiclass", "budget_recall", "expected_calibration_error", "kendall_tau",
-           "measurements_to_reach", "median_abs_log2_error", "pairwise_accuracy", "per_pool", "reliability_table",
+           "measurements_to_reach", "median_abs_log2_error", "nll_multiclass", "pairwise_accuracy", "per_pool", "reliability_table",
            "risk_coverage", "spearman_rho", "threshold_for_risk", "to_bin", "within_one_bin"]

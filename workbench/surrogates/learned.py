@@ -1,0 +1,360 @@
+"""`LearnedSurrogate`: gradient-boosted trees (LightGBM) trained on the measured dataset.
+
+Components, all on `workbench.surrogates.features` columns:
+- ranking: a regressor of log2 speedup relative to the problem's median candidate (a within-problem target, so the
+  pool's offset, which eager's quality sets, does not blur the order) blended with a LightGBM lambdarank model whose
+  query groups are problems; the blend's `score` orders candidates of a problem, less `fail_penalty` * p_fail;
+- regression: a bag of `n_bags` regressors of absolute log2 speedup (bootstrap rows, feature subsets, seeds): mu is
+  their mean, their spread the model's own uncertainty;
+- failure: a classifier of outcome "fails" (does not compile or is incorrect), giving p_fail;
+- calibration, on inner out-of-fold predictions of two regimes: "new" (whole training problems held out: what an
+  unseen problem meets) and "known" (rows held out at random: what a training problem's other candidates meet).
+  Per regime sigma = sqrt((a * bag sd)^2 + b^2), (a, b) maximising the Gaussian likelihood of the residuals (a
+  conformal-style scaling of sigma); p_fail through isotonic regression; for known problems the Forecast's top
+  probability through isotonic regression on whether the argmax was right. (For new problems that map did not
+  transfer: fitted on a dozen training problems, it raised held-out ECE, so only sigma is scaled there.)
+- out-of-distribution check: how far a candidate's standardised features lie outside the training range
+  (`Distances.excess`), in units of what 95 % of held-out training problems stay within; beyond 1 (farther out than
+  anything calibration saw) the forecast is mixed towards the training outcome frequencies, weight
+  1 - exp(-(ood - 1)), so its confidence falls and the selective policy defers to the GPU.
+
+A row's regime is "known" when its `problem_key` is a training problem's (no key: "new"). Forecasts are
+`from_log2(mu, sigma, p_fail)` (batched in `_probs`) followed by the two adjustments; `predict_frame` answers the raw
+parts (score, mu, sigma, p_fail, ood) next to the 9 probabilities.
+"""
+from __future__ import annotations
+
+import math
+import pickle
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..candidate import Candidate
+from ..metrics.bins import to_bin
+from ..problems.problem import Problem
+from .features import default_ceilings, feature_columns, features_from_live, live_problem_info
+from .forecast import BINS, EDGES, FAILS, Forecast
+
+FORMAT = 1
+N_OUT = len(BINS)
+
+
+def lgb_params(seed: int, n_estimators: int, learning_rate: float) -> dict[str, Any]:
+    return dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=31, min_child_samples=10,
+                subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0, random_state=seed,
+                verbose=-1, n_jobs=2)
+
+
+def grouped_folds(groups, k: int, seed: int = 0) -> np.ndarray:
+    """Fold index per row, whole groups to a fold (groups shuffled by `seed`, dealt round-robin)."""
+    g = np.asarray(groups)
+    uniq = np.array(sorted(set(g)))
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    fold_of = {uniq[j]: i % k for i, j in enumerate(order)}
+    return np.array([fold_of[x] for x in g])
+
+
+def relevance(y: np.ndarray, groups: np.ndarray, failed: np.ndarray, step: float = 0.1, levels: int = 31):
+    """Lambdarank labels: levels-1 for a pool's best, one grade less per `step` log2 below it, 0 for a failure."""
+    r = np.zeros(len(y), dtype=int)
+    for q in np.unique(groups):
+        m = (groups == q) & ~failed
+        if m.any():
+            r[m] = np.clip(np.round(levels - 1 - (y[m].max() - y[m]) / step), 0, levels - 1).astype(int)
+    return r
+
+
+def _transform(X: pd.DataFrame) -> np.ndarray:
+    """Features on a log scale: columns already in log2 as they are, the others through sign(x) log2(1 + |x|)."""
+    Z = X.to_numpy(float).copy()
+    raw = np.array(["log2" not in c for c in X.columns])
+    Z[:, raw] = np.sign(Z[:, raw]) * np.log2(1 + np.abs(Z[:, raw]))
+    return Z
+
+
+class IsotonicMap:
+    """A non-decreasing map x -> E[y | x] fitted by isotonic regression, applied by linear interpolation."""
+
+    def __init__(self, x, y, lo: float = 0.0, hi: float = 1.0):
+        from scipy.optimize import isotonic_regression
+
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        o = np.argsort(x, kind="stable")
+        self.x = x[o]
+        self.y = np.clip(isotonic_regression(y[o], increasing=True).x, lo, hi) if len(x) else np.array([])
+
+    def __call__(self, x):
+        if not len(self.x):
+            return np.asarray(x, float)
+        return np.interp(np.asarray(x, float), self.x, self.y)
+
+
+class Distances:
+    """How far rows lie from a training set, on `_transform`ed features standardised on it (the scale floored, so a
+    column constant in training does not make every new value infinitely far):
+
+    `excess` is the largest amount, over all columns, by which a row lies outside the training range, in scale
+    units (a value where training saw none counts `UNSEEN`): 0 inside the box the training rows span.
+    """
+
+    UNSEEN = 4.0
+
+    def __init__(self, X: pd.DataFrame):
+        Z = _transform(X)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+            self.center = np.nan_to_num(np.nanmean(Z, axis=0))
+            self.scale = np.maximum(np.nan_to_num(np.nanstd(Z, axis=0)), 0.25)
+            S = (Z - self.center) / self.scale
+            self.lo, self.hi = np.nanmin(S, axis=0), np.nanmax(S, axis=0)
+
+    def _s(self, X: pd.DataFrame) -> np.ndarray:
+        return (_transform(X) - self.center) / self.scale
+
+    def excess(self, X: pd.DataFrame) -> np.ndarray:
+        S = self._s(X)
+        with np.errstate(invalid="ignore"):
+            out = np.maximum(np.maximum(S - self.hi, self.lo - S), 0.0)
+        out = np.where(np.isnan(self.lo)[None, :] & ~np.isnan(S), self.UNSEEN, np.nan_to_num(out))
+        return out.max(1) if out.shape[1] else np.zeros(len(S))
+
+
+class _Core:
+    """The fitted trees of one training set: relative regressor + ranker, absolute bag, failure classifier."""
+
+    def __init__(self, X: pd.DataFrame, y, failed, groups, n_bags: int, n_estimators: int, learning_rate: float,
+                 seed: int):
+        try:
+            import lightgbm as lgb
+        except ImportError as e:
+            raise ImportError("the learned surrogate needs LightGBM: pip install -e '.[surrogates]'") from e
+
+        ok = ~failed
+        if ok.sum() < 2:
+            raise ValueError("need at least 2 candidates that were timed to train on")
+        p = lambda s: lgb_params(seed + s, n_estimators, learning_rate)  # noqa: E731
+        med = pd.Series(y[ok]).groupby(groups[ok]).transform("median").to_numpy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.relative = lgb.LGBMRegressor(**p(0)).fit(X[ok], y[ok] - med)
+            order = np.argsort(groups, kind="stable")
+            _, counts = np.unique(groups[order], return_counts=True)
+            self.ranker = lgb.LGBMRanker(**p(1), objective="lambdarank", label_gain=list(range(64)),
+                                         lambdarank_truncation_level=30).fit(
+                X.iloc[order], relevance(y, groups, failed)[order], group=counts)
+            rng = np.random.default_rng(seed)
+            idx = np.nonzero(ok)[0]
+            self.bag = [lgb.LGBMRegressor(**{**p(10 + b), "subsample": 1.0, "colsample_bytree": 0.7}).fit(
+                X.iloc[boot], y[boot]) for b in range(n_bags) for boot in [rng.choice(idx, idx.size)]]
+            n_fail = int(failed.sum())
+            self.fail_const = (n_fail + 1) / (len(failed) + 2)
+            self.classifier = None
+            if 0 < n_fail < len(failed):
+                self.classifier = lgb.LGBMClassifier(**p(2)).fit(X, failed.astype(int))
+        r = self.ranker.predict(X)
+        self.rank_scale = float(np.std(r)) or 1.0  # the ranker's scores, put on the relative model's scale
+        self.rel_scale = float(np.std(y[ok] - med)) or 1.0
+
+    def predict(self, X: pd.DataFrame) -> dict[str, np.ndarray]:
+        rel = self.relative.predict(X)
+        rank = self.ranker.predict(X) / self.rank_scale * self.rel_scale
+        bag = np.stack([m.predict(X) for m in self.bag])
+        pf = (self.classifier.predict_proba(X)[:, 1] if self.classifier is not None
+              else np.full(len(X), self.fail_const))
+        return {"rel": 0.5 * rel + 0.5 * rank, "mu": bag.mean(0), "bag_sd": bag.std(0), "p_fail": pf}
+
+
+class LearnedSurrogate:
+    name = "learned"
+
+    def __init__(self, n_bags: int = 5, n_estimators: int = 250, learning_rate: float = 0.05, inner_folds: int = 4,
+                 fail_penalty: float = 4.0, isotonic_new: bool = False, seed: int = 0,
+                 ceilings: Mapping[str, Any] | None = None, compile_records: Mapping[str, Any] | None = None):
+        self.n_bags, self.n_estimators, self.learning_rate = n_bags, n_estimators, learning_rate
+        self.inner_folds, self.fail_penalty, self.seed = inner_folds, fail_penalty, seed
+        self.isotonic_new = isotonic_new  # top-label isotonic for new problems too (off: see the module docstring)
+        self.ceilings = dict(ceilings) if ceilings is not None else None
+        self.compile_records = dict(compile_records or {})  # candidate hash -> compile StageRecord, for forecast()
+        self.columns: list[str] = []
+        self.core: _Core | None = None
+        self.fit_seconds = math.nan
+        self._problems: dict[str, dict[str, Any]] = {}
+
+    # ---- training ----
+    def fit(self, table: pd.DataFrame) -> "LearnedSurrogate":
+        """Train on a `features.training_table` (meta columns + features). Calibration comes from inner
+        out-of-fold predictions of two kinds: whole training problems held out (what a new problem meets) and rows
+        held out at random (what a known problem meets), so sigma learns how much a new problem adds."""
+        t0 = time.perf_counter()
+        self.columns = feature_columns(table)
+        if not self.columns or not {"problem_key", "log2_speedup", "failed"} <= set(table.columns):
+            raise ValueError("fit needs a features.training_table (problem_key, log2_speedup, failed + features)")
+        X, y, failed, groups = self._xy(table)
+        if (~failed).sum() < 2 * self.inner_folds:
+            raise ValueError(f"too few timed candidates ({int((~failed).sum())}) to train and calibrate on")
+        n_groups = len(set(groups))
+        regimes = [np.random.default_rng(self.seed).permutation(np.arange(len(y)) % self.inner_folds)]
+        if n_groups >= 3:
+            regimes.insert(0, grouped_folds(groups, min(self.inner_folds, n_groups), self.seed))
+        cal = []
+        for r, folds in enumerate(regimes):
+            for f in np.unique(folds):
+                tr, te = folds != f, folds == f
+                if (~failed[tr]).sum() < 2:
+                    continue
+                core = _Core(X[tr], y[tr], failed[tr], groups[tr], self.n_bags, self.n_estimators,
+                             self.learning_rate, self.seed)
+                dist = Distances(X[tr])
+                part = core.predict(X[te])
+                part.update(excess=dist.excess(X[te]), y=y[te], failed=failed[te],
+                            new_problem=np.full(int(te.sum()), r == 0 and n_groups >= 3))
+                cal.append(part)
+        self._calibrate({k: np.concatenate([c[k] for c in cal]) for k in cal[0]})
+        self.core = _Core(X, y, failed, groups, self.n_bags, self.n_estimators, self.learning_rate, self.seed)
+        self.distances = Distances(X)
+        self.prior = (np.bincount(to_bin(y, failed), minlength=N_OUT) + 1.0) / (len(y) + N_OUT)
+        self.n_train, self.train_problems = len(y), sorted(set(groups))
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def _xy(self, table: pd.DataFrame):
+        X = table[self.columns].astype(float)
+        return (X, table["log2_speedup"].to_numpy(float), table["failed"].to_numpy(bool),
+                table["problem_key"].to_numpy())
+
+    def _calibrate(self, cal: dict[str, np.ndarray]) -> None:
+        """Per regime ("new": rows of problems held out, "known": rows held out at random), sigma =
+        sqrt((a * bag sd)^2 + b^2) with (a, b) maximising the Gaussian likelihood of the out-of-fold residuals; for
+        known problems also a top-label isotonic map. p_fail through isotonic regression; the OOD scales from the
+        new-problem distances."""
+        y, failed, new = cal["y"], cal["failed"], cal["new_problem"]
+        n = len(y)
+        # floored/capped by a pseudo-count: a few thousand rows never justify certainty
+        self.fail_map = IsotonicMap(cal["p_fail"], failed.astype(float), lo=0.5 / n, hi=1 - 0.5 / n)
+        self.sigma_ab: dict[str, tuple[float, float]] = {}
+        for regime, rows in (("known", ~new), ("new", new if new.any() else ~new)):
+            ok = rows & ~failed
+            res, sd = y[ok] - cal["mu"][ok], cal["bag_sd"][ok]
+            best = (math.inf, 1.0, 0.5)
+            for a in (0.0, 0.5, 1.0, 2.0, 4.0, 8.0):
+                for b in np.geomspace(0.02, 3.0, 40):
+                    s2 = (a * sd) ** 2 + b * b
+                    nll = float(np.mean(0.5 * np.log(s2) + 0.5 * res * res / s2))
+                    if nll < best[0]:
+                        best = (nll, a, float(b))
+            self.sigma_ab[regime] = best[1:]
+        self.conf_maps: dict[str, IsotonicMap] = {}
+        for regime, rows in (("known", ~new), ("new", new)):
+            if not rows.any() or (regime == "new" and not self.isotonic_new):
+                continue
+            probs = self._probs(cal["mu"][rows], self._sigma(cal["bag_sd"][rows], np.full(int(rows.sum()),
+                                                                                          regime == "known")),
+                                self.fail_map(cal["p_fail"][rows]))
+            right = probs.argmax(1) == to_bin(y[rows], failed[rows])
+            self.conf_maps[regime] = IsotonicMap(probs.max(1), right.astype(float), lo=0.0,
+                                                 hi=1 - 2.0 / max(int(rows.sum()), 4))
+        # the OOD unit: the range excess that 95 % of held-out training problems stay within (at least 1 scale)
+        self.excess_ref = max(float(np.quantile(cal["excess"][new], 0.95)) if new.any() else 1.0, 1.0)
+
+    # ---- prediction ----
+    def _sigma(self, bag_sd, known):
+        """sigma of each row: the "known" regime's where the problem is a training problem, else the "new" one's."""
+        (ak, bk), (an, bn) = self.sigma_ab["known"], self.sigma_ab["new"]
+        return np.where(known, np.sqrt((ak * bag_sd) ** 2 + bk ** 2), np.sqrt((an * bag_sd) ** 2 + bn ** 2))
+
+    def _recalibrate(self, probs: np.ndarray, rows: np.ndarray, regime: str) -> np.ndarray:
+        """Top-label calibration of `rows`: the argmax's probability through the regime's map, the others rescaled
+        to fill the rest, never so low that another outcome overtakes the argmax."""
+        out = probs.copy()
+        idx = np.nonzero(rows)[0]
+        if not idx.size or regime not in self.conf_maps:
+            return out
+        top = probs[idx].argmax(1)
+        p = probs[idx, top]
+        second = np.sort(probs[idx], axis=1)[:, -2]
+        new = np.clip(self.conf_maps[regime](p), second / np.maximum(1 - p + second, 1e-12), 1.0)
+        rest = np.where(p < 1, (1 - new) / np.maximum(1 - p, 1e-12), 0.0)
+        out[idx] *= rest[:, None]
+        out[idx, top] = new
+        out[idx] /= out[idx].sum(1, keepdims=True)
+        return out
+
+    @staticmethod
+    def _probs(mu, sigma, p_fail) -> np.ndarray:
+        """(n, 9): the Gaussian's mass in each speedup bin times (1 - p_fail), then p_fail (`from_log2`, batched)."""
+        from scipy.special import ndtr
+
+        mu, sigma, p_fail = (np.asarray(v, float) for v in (mu, sigma, p_fail))
+        cdf = ndtr((np.asarray(EDGES)[None, :] - mu[:, None]) / sigma[:, None])
+        cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
+        return np.hstack([np.diff(cdf, axis=1) * (1 - p_fail)[:, None], p_fail[:, None]])
+
+    def predict_frame(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Per row: score (within-problem order, higher first), mu, sigma, p_fail, ood, confidence and p0..p8."""
+        if self.core is None:
+            raise ValueError("the surrogate is not trained: call fit() or LearnedSurrogate.load()")
+        X = table.reindex(columns=self.columns).astype(float)
+        raw = self.core.predict(X)
+        known = (table["problem_key"].isin(self.train_problems).to_numpy() if "problem_key" in table.columns
+                 else np.zeros(len(table), bool))
+        sigma = self._sigma(raw["bag_sd"], known)
+        pf = np.clip(self.fail_map(raw["p_fail"]), 0.0, 1.0)
+        ood = self.distances.excess(X) / self.excess_ref
+        probs = self._recalibrate(self._probs(raw["mu"], sigma, pf), known, "known")
+        probs = self._recalibrate(probs, ~known, "new")
+        w = 1 - np.exp(-np.maximum(ood - 1, 0))  # beyond anything calibration saw: towards the training frequencies
+        probs = (1 - w)[:, None] * probs + w[:, None] * self.prior[None, :]
+        out = pd.DataFrame({"score": raw["rel"] - self.fail_penalty * pf, "mu": raw["mu"], "sigma": sigma,
+                            "p_fail": pf, "ood": ood, "confidence": probs.max(1)}, index=table.index)
+        for i in range(N_OUT):
+            out[f"p{i}"] = probs[:, i]
+        return out
+
+    def forecasts_from_frame(self, pred: pd.DataFrame) -> list[Forecast]:
+        return [Forecast(tuple(r[f"p{i}"] for i in range(N_OUT)),
+                         reasoning=f"learned: mu {r['mu']:+.2f} log2, sigma {r['sigma']:.2f}, p_fail "
+                                   f"{r['p_fail']:.2f}, ood {r['ood']:.2f}, score {r['score']:+.2f}")
+                for _, r in pred.iterrows()]
+
+    def forecast(self, problem: Problem, candidates: list[Candidate], anchor: str = "eager") -> list[Forecast]:
+        """One Forecast per candidate vs eager; compile facts from `self.compile_records` when the search has them."""
+        if anchor != "eager":
+            raise ValueError(f"LearnedSurrogate forecasts against the eager anchor only, not {anchor!r}")
+        if not candidates:
+            return []
+        ceil = self.ceilings if self.ceilings is not None else default_ceilings()
+        if problem.key not in self._problems:
+            self._problems[problem.key] = live_problem_info(problem, ceil)
+        X = features_from_live(self._problems[problem.key], candidates, self.compile_records, ceil)
+        X["problem_key"] = problem.key
+        return self.forecasts_from_frame(self.predict_frame(X))
+
+    # ---- persistence ----
+    def save(self, path: str | Path) -> Path:
+        """Pickle the trained state (models, calibration, training ranges), not the per-search caches."""
+        if self.core is None:
+            raise ValueError("nothing to save: the surrogate is not trained")
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_problems", "compile_records")}
+        p.write_bytes(pickle.dumps({"format": FORMAT, "class": "LearnedSurrogate", "state": state}))
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LearnedSurrogate":
+        """A surrogate saved by `save` (a pickle: load only files you made or trust)."""
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"no trained surrogate at {p} (train one: workbench surrogate train --out {p})")
+        blob = pickle.loads(p.read_bytes())
+        if not isinstance(blob, dict) or blob.get("class") != "LearnedSurrogate" or blob.get("format") != FORMAT:
+            raise ValueError(f"{p} is not a LearnedSurrogate saved by this version (format {FORMAT})")
+        obj = cls.__new__(cls)
+        obj.__dict__.update(blob["state"])
+        obj._problems, obj.compile_records = {}, {}
+        return obj
