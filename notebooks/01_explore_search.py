@@ -19,30 +19,32 @@
 # parameters below are what papermill overrides (`-p steps 1 -p interactive False`, see `notebooks/README.md`).
 
 # %% tags=["parameters"]
-problem = "softmax_rows"
-overrides = ["batch_size=8", "dim=100"]
+problem = "cross_entropy"
+overrides = []  # e.g. ["batch_size=8", "dim=100"]: small sizes for the CPU device (replay needs the recorded sizes)
 strategy = "greedy"
 steps = 3
 seed = 0
-device = "auto"
+budget_gpu_s = 0.0  # a GPU-seconds limit (0: none); a sweep on replay stops each search here
+device = "auto"  # auto: the GPU when one is visible, else replay of the shipped H200 measurements; cuda, cpu, replay
 replay_data = ""  # a store file recorded on a GPU (or several, comma-separated): replay its measurements
 interactive = True  # False for headless runs (papermill): static figures instead of the live widget
+out_dir = ""  # where a sweep wants this run's events, nodes, trajectory and report (workbench.runs.save_run)
 
 # %%
 from IPython.display import Markdown, display
 
-from workbench import viz
+from workbench import runs, viz
 from workbench.problems import Problem
-from workbench.search import Search
-from workbench.widgets import device_note, open_device, show
+from workbench.widgets import device_note, open_device, open_search, show
 
 # %% [markdown]
 # ## Problem and device
 #
-# **Without a GPU** the `auto` device is the CPU device (Triton's interpreter). It runs the static, compile and
-# correctness stages but refuses the timing stages, so the search then records correctness only: no speedups, every
-# node "refused" (correct, not timed) or "failed", the tree pale/grey and the budget curve empty. The notebook still
-# runs end to end; run it on a GPU machine, or give `replay_data` (measurements recorded on one), for speedups.
+# **Without a GPU** the `auto` device replays the real NVIDIA H200 measurements shipped in `results/dataset`: every
+# speedup and GPU-second is one measured there, and the search walks the measured points of the problem's space (the
+# problem must be at its recorded sizes, so no `overrides`). `device = "cpu"` is Triton's interpreter instead: it runs
+# the static, compile and correctness stages at small sizes but refuses the timing stages, so that search records
+# correctness only (nodes "refused" or "failed", no speedups).
 
 # %%
 prob = Problem.load(problem, overrides)
@@ -50,7 +52,7 @@ dev = open_device(device, replay_data)
 print(prob.key, "|", device_note(dev))
 
 # %%
-search = Search(prob, dev, strategy=strategy, seed=seed)
+search = open_search(prob, dev, strategy=strategy, seed=seed, budget_gpu_s=budget_gpu_s)
 
 # %% [markdown]
 # ## Step by step
@@ -91,5 +93,12 @@ display(Markdown(viz.render_node_detail(viz.get_node_detail_info(search))))
 # %%
 search.report()
 
+# %% [markdown]
+# ## Saved for a sweep
+#
+# With `out_dir` (a sweep passes each run's directory) the events, nodes, trajectory and report are written there,
+# where notebook 03 and `workbench report` read them; without it nothing is written.
+
 # %%
+runs.save_run(search, out_dir)
 dev.close()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: set up, then run every test (GPU tests are marked `gpu` and skip where no GPU is visible).
+# The test suite: set up (Chromium included, for the browser test), then run every test (GPU tests are marked `gpu`
+# and skip where no GPU is visible).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
+WORKBENCH_BROWSER=1 bash scripts/setup_env.sh
 exec .venv/bin/python -m pytest -q "$@"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from workbench.config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
-from workbench.sweep import SweepError, gpu_names, notebook_parameters, run_sweep
+from workbench.sweep import SweepError, gpu_names, notebook_defaults, notebook_parameters, run_sweep, value_fits
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "experiments" / "smoke_sweep.yaml"
@@ -74,8 +74,9 @@ def test_config_errors_name_file_and_key(tmp_path, text, key):
 
 
 def test_notebook_parameters_and_gpu_names():
-    assert notebook_parameters(NB01) == ["problem", "overrides", "strategy", "steps", "seed", "device",
-                                         "replay_data", "interactive"]
+    assert notebook_parameters(NB01) == ["problem", "overrides", "strategy", "steps", "seed", "budget_gpu_s",
+                                         "device", "replay_data", "interactive", "out_dir"]
+    assert notebook_defaults(NB01)["budget_gpu_s"] == 0.0 and notebook_defaults(NB01)["overrides"] == []
     assert gpu_names("GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n") == ["NVIDIA H200"] * 2
     assert gpu_names("") == []
 
@@ -92,7 +93,22 @@ def test_unknown_parameter_rejected_before_any_run(tmp_path):
         run_sweep(cfg, out_root=out)
     with pytest.raises(SweepError, match="matches no run"):
         run_sweep(load_sweep(SMOKE), out_root=out, only="seed=7*")
+    # values are checked against the type of the notebook's literal, before anything starts
+    cfg = dataclasses.replace(load_sweep(SMOKE), base={**load_sweep(SMOKE).base, "steps": "2"})
+    with pytest.raises(SweepError, match=r"base\.steps: '2' \(str\) does not fit 01_explore_search.py's default 3"):
+        run_sweep(cfg, out_root=out)
+    cfg = dataclasses.replace(load_sweep(SMOKE), grid={"seed": [0, 1.5]})
+    with pytest.raises(SweepError, match=r"grid\.seed: 1\.5 \(float\)"):
+        run_sweep(cfg, out_root=out)
     assert not out.exists()  # nothing started, not even the folder
+
+
+def test_value_fits_the_default_literal():
+    assert value_fits(0.0, 15) and value_fits(0.0, 1.5) and not value_fits(0.0, True) and not value_fits(0.0, "1")
+    assert value_fits(3, 4) and not value_fits(3, 4.0) and not value_fits(3, False)
+    assert value_fits(True, False) and not value_fits(True, 1)
+    assert value_fits([], ["a=1"]) and not value_fits([], "a=1") and value_fits("", "x") and not value_fits("", 1)
+    assert value_fits(None, {"any": "thing"}) and value_fits({}, {"a": 1}) and not value_fits({}, [])
 
 
 @pytest.mark.timeout(120)

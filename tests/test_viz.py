@@ -155,7 +155,8 @@ def test_notebook_01_runs_headless(tmp_path, monkeypatch):
     jupytext.write(jupytext.read(NOTEBOOKS / "01_explore_search.py"), src)
     out = tmp_path / "01_out.ipynb"
     papermill.execute_notebook(str(src), str(out), kernel_name=kernel, cwd=str(tmp_path), progress_bar=False,
-                               parameters={"steps": 2, "device": "cpu", "interactive": False})
+                               parameters={"problem": "softmax_rows", "overrides": ["batch_size=8", "dim=100"],
+                                           "steps": 2, "device": "cpu", "interactive": False})
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]

@@ -6,14 +6,18 @@
 Layout under the out root (default `results/runs`):
 
     <out_root>/.jupyter/kernels/workbench-sweep/kernel.json   a kernelspec for this interpreter (JUPYTER_PATH)
+    <out_root>/<sweep name>/sweep.yaml                          the sweep config as resolved (grid, base, notebook)
     <out_root>/<sweep name>/.input/<notebook>.ipynb            the notebook converted from py:percent
     <out_root>/<sweep name>/<run_id>/manifest.json             status running -> ok | failed, environment, times
     <out_root>/<sweep name>/<run_id>/config.yaml               the resolved parameters
     <out_root>/<sweep name>/<run_id>/notebook.ipynb            the executed notebook (also when it failed)
     <out_root>/<sweep name>/<run_id>/papermill.log             papermill's stdout/stderr
 
-Every parameter name is checked against the notebook's `parameters` cell before any run starts. A failed run keeps
-its error in its manifest and the sweep goes on; running the sweep again skips the runs whose manifest says "ok".
+Every parameter name is checked against the notebook's `parameters` cell before any run starts, and every value
+against the type of the literal there (a string where a number is expected is refused; an int may stand for a float;
+a parameter whose default is None takes anything). A failed run keeps its error and traceback in its manifest and the
+sweep goes on; running the sweep again skips the runs whose manifest says "ok" and reruns the others. The resolved
+sweep config is written to `<out_root>/<sweep name>/sweep.yaml`; `workbench report` reads the run directories.
 With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
 parameter decides.
 """
@@ -40,7 +44,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .config import ConfigError, RunSpec, SweepConfig, expand, load_sweep
+from .config import ConfigError, RunSpec, SweepConfig, expand, load_sweep, to_yaml
 
 KERNEL_NAME = "workbench-sweep"
 OUT_DIR_PARAM = "out_dir"  # passed to notebooks that declare it: where they may write events/parquet
@@ -112,13 +116,68 @@ def notebook_parameters(nb: str | Path) -> list[str]:
     return names
 
 
+_NO_DEFAULT = object()
+
+
+def notebook_defaults(nb: str | Path) -> dict[str, Any]:
+    """The literal value each name of the `parameters` cell is given (names assigned something that is not a
+    literal are left out)."""
+    nb = Path(nb)
+    try:
+        tree = ast.parse(_parameters_source(nb))
+    except SyntaxError as e:
+        raise SweepError(f"{nb}: parameters cell does not parse: {e}") from None
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = value
+    return out
+
+
+def _type_name(v: Any) -> str:
+    return "None" if v is None else type(v).__name__
+
+
+def value_fits(default: Any, value: Any) -> bool:
+    """Whether `value` may replace the notebook's literal `default`: same kind of literal (bool, number, string,
+    list, dict); an int stands for a float; a None default takes anything."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
 def check_parameters(cfg: SweepConfig, nb: Path) -> list[str]:
+    """The notebook's parameter names; raises `SweepError` naming the file, the section and the parameter when a
+    name is unknown or a value does not fit its default's type."""
     known = notebook_parameters(nb)
+    defaults = notebook_defaults(nb)
     for section, names in (("base", cfg.base), ("grid", cfg.grid)):
         bad = [k for k in names if k not in known]
         if bad:
             raise SweepError(f"{cfg.source or cfg.name}: {section}: unknown parameter(s) {', '.join(bad)} for "
                              f"{nb.name}; its parameters are: {', '.join(known)}")
+    checks = [("base", k, v) for k, v in cfg.base.items()] + \
+        [("grid", k, v) for k, vals in cfg.grid.items() for v in vals]
+    for section, k, v in checks:
+        d = defaults.get(k, _NO_DEFAULT)
+        if d is not _NO_DEFAULT and not value_fits(d, v):
+            raise SweepError(f"{cfg.source or cfg.name}: {section}.{k}: {v!r} ({_type_name(v)}) does not fit "
+                             f"{nb.name}'s default {d!r} ({_type_name(d)})")
     return known
 
 
@@ -179,6 +238,7 @@ def environment(repo: Path) -> dict[str, Any]:
     return {"git_sha": sha.strip() if sha else None, "git_dirty": bool(status.strip()) if status is not None else None,
             "python": platform.python_version(), "executable": sys.executable,
             "torch": _version("torch"), "triton": _version("triton"), "workbench": _version("workbench"),
+            "numpy": _version("numpy"), "pandas": _version("pandas"), "papermill": _version("papermill"),
             "host": platform.node(), "gpus": gpus}
 
 
@@ -221,7 +281,8 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
     run_dir.mkdir(parents=True, exist_ok=True)
     device = devices.get() if devices is not None else None
     t0 = time.monotonic()
-    manifest: dict[str, Any] = {"run_id": spec.run_id, "status": "running", "params": spec.params,
+    manifest: dict[str, Any] = {"run_id": spec.run_id, "sweep": run_dir.parent.name, "status": "running",
+                                "params": spec.params,
                                 "grid_point": spec.point, "notebook": str(input_nb), "start": _now(), "end": None,
                                 "seconds": None, "error": None, "traceback": None,
                                 "cuda_visible_devices": device, **env_info}
@@ -406,6 +467,7 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
             todo.append(s)
     if todo:
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        to_yaml(cfg, sweep_dir / "sweep.yaml")
         kernel_root = ensure_kernelspec(out_root)
         input_nb = _input_notebook(nb, sweep_dir)
         env_info = environment(nb.parent)
@@ -422,4 +484,4 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
 
 
 __all__ = ["ConfigError", "RunResult", "SweepError", "SweepSummary", "check_parameters", "ensure_kernelspec",
-           "notebook_parameters", "notebook_report", "run_sweep"]
+           "notebook_defaults", "notebook_parameters", "notebook_report", "run_sweep", "value_fits"]

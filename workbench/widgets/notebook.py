@@ -6,26 +6,62 @@ from typing import Any
 CPU_NOTE = ("This machine has no GPU: the device is the CPU (Triton's interpreter), which refuses the timing stages. "
             "The search records correctness only: nodes are 'refused' (correct, not timed) or 'failed', there are no "
             "speedups, so the tree is pale/grey and the budget curve empty.")
+REPLAY_NOTE = ("No GPU here: the device replays real measurements recorded on an {gpu} ({what}). Every speedup and "
+               "GPU-second is one measured there; a candidate never measured is answered 'not measured', never "
+               "estimated, so the search walks the measured part of the space.")
 
 
 def open_device(device: str = "auto", replay_data: str | list[str] = ""):
-    """The device a notebook's parameters name: a replay device over recorded measurements when `replay_data` (a
-    store file, or several separated by commas) is given, else `workbench.devices.get_device(device)`."""
-    if replay_data:
-        from ..devices.replay import ReplayDevice
+    """The device a notebook's parameters name:
 
+    - `replay_data` (a store file, or several separated by commas): a replay device over those measurements;
+    - "auto": the GPU when one is visible, else the replay device over the shipped H200 dataset (results/dataset);
+    - "replay": that replay device on any machine;
+    - anything else (`cuda`, `cuda:N`, `cpu`, `ray`): `workbench.devices.get_device(device)`."""
+    from ..devices.replay import ReplayDevice
+
+    if replay_data:
         paths = replay_data.split(",") if isinstance(replay_data, str) else list(replay_data)
         return ReplayDevice.from_paths([p.strip() for p in paths if p.strip()])
+    if device == "auto":
+        from ..devices import cuda_gpu_count
+
+        device = "cuda" if cuda_gpu_count() > 0 else "replay"
+    if device == "replay":
+        return ReplayDevice.from_dataset()
     from ..devices import get_device
 
     return get_device(device)
 
 
 def device_note(device: Any) -> str:
-    """One line on what the device can measure (the CPU note where timing is refused)."""
-    if getattr(device, "kind", None) == "cpu":
+    """One line on what the device can measure (the CPU note where timing is refused, the replay note)."""
+    kind = getattr(device, "kind", None)
+    if kind == "cpu":
         return CPU_NOTE
+    if kind == "replay":
+        from ..store.dataset import RecordedDataset
+
+        what = ("the shipped dataset, results/dataset" if any(isinstance(s, RecordedDataset) for s in device.stores)
+                else "the given store files")
+        return REPLAY_NOTE.format(gpu=device.gpu_name, what=what)
     return f"device: {device.name} (timing stages run)"
+
+
+def open_search(problem, device, strategy: str = "greedy", seed: int = 0, budget_gpu_s: float = 0.0, **kw):
+    """A `Search` for a notebook: on a replay device over the shipped dataset the proposer walks the measured points
+    of the space (`RecordedProposer`); `budget_gpu_s` <= 0 means no GPU-seconds limit. `kw` go to `Search`."""
+    from ..harness.budget import Budget
+    from ..search import Search
+
+    if getattr(device, "kind", None) == "replay" and "proposer" not in kw:
+        from ..proposers.recorded import RecordedProposer
+        from ..store.dataset import RecordedDataset
+
+        if any(isinstance(s, RecordedDataset) for s in device.stores):
+            kw["proposer"] = RecordedProposer.from_dataset(problem)
+    budget = Budget(budget_gpu_s if budget_gpu_s and budget_gpu_s > 0 else None)
+    return Search(problem, device, strategy=strategy, seed=seed, budget=budget, **kw)
 
 
 def show(search, interactive: bool = True, **kw):

@@ -1,0 +1,70 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Sweep report
+#
+# Read a sweep's run directories (`results/runs/<sweep>/<run>/`: `manifest.json`, `report.json`, `events.jsonl`,
+# `trajectory.parquet`, written by `workbench sweep` running notebook 01) and compare configurations: the best speedup
+# found against GPU-seconds (or GPU measurements), as the median over seeds with a band across them; a table per
+# configuration; the runs that failed and why; and the search tree of the best run.
+#
+# Make one first, e.g. `workbench sweep experiments/replay_sweep.yaml` (replays the shipped H200 measurements when
+# no GPU is visible). `workbench report RUNS_DIR` writes the same curves and tables as one HTML file.
+
+# %% tags=["parameters"]
+runs_dir = "results/runs/replay"
+x = "gpu_s"  # gpu_s (GPU-seconds spent) or measured (GPU measurements)
+band = [0.0, 1.0]  # quantiles across seeds for the band: [0.0, 1.0] is min-max, [0.25, 0.75] the inter-quartile range
+
+# %%
+from workbench import runs, viz
+
+# %%
+sweep = runs.load_runs(runs_dir)
+sweep.environment()
+
+# %% [markdown]
+# ## Runs
+
+# %%
+sweep.runs
+
+# %% [markdown]
+# ## Best speedup against budget
+#
+# One line per configuration (the parameters that vary, the seed excepted): the median best-so-far over its seeds,
+# the band between the `band` quantiles.
+
+# %%
+curves = viz.get_sweep_curves_info(sweep.ok_trajectories, by=sweep.config_params, x=x, quantiles=band)
+viz.plot_sweep_curves(curves)
+
+# %%
+sweep.summary()
+
+# %% [markdown]
+# ## Failures
+
+# %%
+sweep.failed[["run_id", "status", "error"]]
+
+# %% [markdown]
+# ## The best run's tree
+
+# %%
+best = sweep.best_run()
+best
+
+# %%
+viz.plot_search_tree(viz.get_search_tree_info(sweep.events(best["run_id"])))

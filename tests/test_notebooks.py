@@ -1,0 +1,228 @@
+"""Notebooks 02-04 executed under papermill, the replay sweep of notebook 01 (experiments/replay_sweep.yaml) with no
+GPU, the HTML report of that sweep, and that report opened in a real headless Chromium.
+
+One sweep (2 strategies x 3 seeds on cross_entropy, 15 GPU-s each, replaying the shipped H200 measurements) is run
+once for the module; notebook 03, the report and the browser read its run directories. The kernel is this
+interpreter's (`workbench.sweep.ensure_kernelspec`), so nothing beyond `pip install -e '.[test]'` is needed, and
+Chromium (`apt-get install chromium`; `WORKBENCH_BROWSER=1 bash scripts/setup_env.sh` installs it). In CI a missing
+Chromium is a failure, not a skip."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from workbench.config import load_sweep
+from workbench.sweep import KERNEL_NAME, ensure_kernelspec, run_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+REPLAY = ROOT / "experiments" / "replay_sweep.yaml"
+
+
+def _needs_papermill():
+    for m in ("papermill", "jupytext", "ipykernel", "nbformat", "plotly"):
+        pytest.importorskip(m)
+
+
+@pytest.fixture(scope="module")
+def replay_sweep(tmp_path_factory):
+    _needs_papermill()
+    out = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")  # device auto must mean replay here, GPU or not
+        return run_sweep(REPLAY, out_root=out)
+
+
+def _execute(name: str, tmp_path: Path, params: dict, monkeypatch) -> dict:
+    import jupytext
+    import nbformat
+    import papermill
+
+    kernels = ensure_kernelspec(tmp_path / "kernel")
+    monkeypatch.setenv("JUPYTER_PATH", str(kernels))
+    src = tmp_path / f"{name}.ipynb"
+    jupytext.write(jupytext.read(NOTEBOOKS / f"{name}.py"), src)
+    out = tmp_path / f"{name}_out.ipynb"
+    papermill.execute_notebook(str(src), str(out), kernel_name=KERNEL_NAME, cwd=str(ROOT), progress_bar=False,
+                               parameters=params)
+    nb = nbformat.read(out, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    return {"outputs": outputs,
+            "text": "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs),
+            "figures": [json.loads(o["data"]["application/vnd.plotly.v1+json"])
+                        if isinstance(o["data"]["application/vnd.plotly.v1+json"], str)
+                        else o["data"]["application/vnd.plotly.v1+json"]
+                        for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]}
+
+
+# ---------------------------------------------------------------------------------------------- the sweep on replay
+
+
+@pytest.mark.timeout(300)
+def test_replay_sweep_runs_without_a_gpu(replay_sweep):
+    s = replay_sweep
+    cfg = load_sweep(REPLAY)
+    assert len(s.runs) == 6 and len(s.ok) == 6, s.text()
+    assert [r.params["strategy"] for r in s.runs] == ["greedy"] * 3 + ["mcts"] * 3
+    for r in s.runs:
+        m = json.loads((r.dir / "manifest.json").read_text())
+        assert m["status"] == "ok" and m["sweep"] == "replay" and m["params"] == r.params
+        assert m["git_sha"] and isinstance(m["git_dirty"], bool) and m["torch"] and m["numpy"] and "gpu" in m
+        rep = json.loads((r.dir / "report.json").read_text())
+        assert rep["device"] == "replay:cuda:NVIDIA H200" and rep["problem"].startswith("cross_entropy@")
+        assert rep["replay"]["answered"] > 0
+        assert 15.0 <= rep["gpu_seconds"] < 17.0  # stopped at the 15 GPU-s budget (the last step overshoots)
+        assert rep["best"]["speedup_vs_eager"] > 2.5  # cross_entropy's measured pool holds 2.6x-3.2x kernels
+        events = [json.loads(x) for x in (r.dir / "events.jsonl").read_text().splitlines()]
+        assert sum(e["type"] == "node" for e in events) == rep["candidates"]
+        assert (r.dir / "nodes.parquet").is_file() and (r.dir / "trajectory.parquet").is_file()
+    assert load_sweep(s.root / "sweep.yaml") == cfg  # the resolved config beside the runs
+    again = run_sweep(REPLAY, out_root=s.root.parent)  # resume: everything finished, nothing re-runs
+    assert [r.status for r in again.runs] == ["skipped"] * 6
+
+
+# ---------------------------------------------------------------------------------------------- notebooks
+
+
+@pytest.mark.timeout(300)
+def test_notebook_02_surrogate_calibration(tmp_path, monkeypatch):
+    _needs_papermill()
+    # the analytic and constant surrogates: seconds (the learned one trains LightGBM models per fold, which
+    # tests/test_learned_surrogate.py covers; the notebook's code path is the same for every surrogate)
+    r = _execute("02_surrogate_calibration", tmp_path,
+                 {"surrogates": ["roofline", "prior", "oracle"], "folds": 2, "detail": "roofline"}, monkeypatch)
+    assert "ece" in r["text"] and "aurc" in r["text"]  # the metrics table
+    titles = [f["layout"]["title"]["text"] for f in r["figures"]]
+    assert len(titles) == 3 and titles[0].startswith("reliability") and titles[1].startswith("risk-coverage")
+    assert titles[2].startswith("budget recall over 31 problems")
+    rel = r["figures"][0]
+    assert [t["name"].split(" ")[0] for t in rel["data"]] == ["calibrated", "roofline", "prior", "oracle"]
+    assert rel["data"][3]["name"] == "oracle (ECE 0.000)"  # the measurements themselves are calibrated
+    recall = {t["name"]: t["y"] for t in r["figures"][2]["data"]}
+    assert recall["oracle"][0] == 1.0 and recall["prior"][0] < 1.0  # the oracle finds the best with one measurement
+    assert "pairwise_accuracy" in r["text"]  # the per-problem table
+
+
+@pytest.mark.timeout(300)
+def test_notebook_03_sweep_report(replay_sweep, tmp_path, monkeypatch):
+    r = _execute("03_sweep_report", tmp_path, {"runs_dir": str(replay_sweep.root)}, monkeypatch)
+    curves, tree = r["figures"]
+    medians = [t for t in curves["data"] if t.get("name", "").startswith("strategy=")]
+    assert [t["name"] for t in medians] == ["strategy=greedy (3 runs)", "strategy=mcts (3 runs)"]
+    assert all(len(t["x"]) > 5 and max(t["y"]) > 2.5 for t in medians)
+    assert tree["data"][0]["type"] == "icicle"
+    assert "best_median" in r["text"] and "replay" in r["text"]
+
+
+@pytest.mark.timeout(300)
+def test_notebook_04_suite_benchmark(tmp_path, monkeypatch):
+    _needs_papermill()
+    r = _execute("04_suite_benchmark", tmp_path, {"sort_by": "problem"}, monkeypatch)
+    assert "28 problems with a full timing" in r["text"] and "1.56x vs eager" in r["text"]
+    bars, scatter = r["figures"]
+    assert [t["type"] for t in bars["data"]] == ["bar", "bar"] and len(bars["data"][0]["x"]) == 28
+    assert bars["data"][0]["x"][:2] == ["attention", "bias_gelu_residual"]  # sorted by problem
+    assert [t["name"] for t in scatter["data"]] == ["best candidate", "torch.compile", "eager"]
+
+
+# ---------------------------------------------------------------------------------------------- the HTML report
+
+
+@pytest.fixture(scope="module")
+def report(replay_sweep, tmp_path_factory):
+    from workbench.cli import main
+
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert main(["report", str(replay_sweep.root), "--out", str(out)]) == 0
+    return out
+
+
+def test_report_is_self_contained(report, replay_sweep):
+    from html.parser import HTMLParser
+
+    class Refs(HTMLParser):
+        refs: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.refs += [(tag, k, v) for k, v in attrs if k in ("src", "href")]
+
+    text = report.read_text()
+    parser = Refs()
+    parser.feed(text)
+    assert parser.refs == []  # no script, stylesheet or image loaded from anywhere: plotly.js is inlined
+    assert text.count("<script") >= 3 and len(text) > 3_000_000  # plotly.js itself (~4.7 MB) and two figures
+    assert text.count("Plotly.newPlot") == 2  # curves against GPU-seconds and against measurements
+    assert "6 of 6 runs finished ok" in text and "replay:cuda:NVIDIA H200" in text
+    for r in replay_sweep.runs:
+        assert r.run_id in text
+
+
+def test_report_command_errors(tmp_path, capsys):
+    from workbench.cli import main
+
+    assert main(["report", str(tmp_path / "none")]) == 2
+    assert "no sweep directory" in capsys.readouterr().err
+
+
+def _chromium_or_fail():
+    from workbench.browser import find_chromium
+
+    exe = find_chromium()
+    if exe is None:
+        msg = ("no Chromium: the browser test needs it (apt-get install chromium, or WORKBENCH_BROWSER=1 bash "
+               "scripts/setup_env.sh, which installs it where apt is available)")
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+# plotly's plot background and the first two trace colours (greedy, mcts) as drawn
+PLOT_BG, GREEDY, MCTS = (229, 236, 246), (31, 119, 180), (214, 39, 40)
+
+
+def _pixels(png: Path, colour: tuple[int, int, int], tol: int = 8) -> int:
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    return int((np.abs(a - np.array(colour)).max(axis=2) <= tol).sum())
+
+
+@pytest.mark.timeout(300)
+def test_report_in_a_real_browser(report, tmp_path):
+    _chromium_or_fail()
+    pytest.importorskip("PIL")
+    import numpy as np
+    from PIL import Image
+
+    from workbench.browser import dump_dom, screenshot
+
+    shot = screenshot(report, tmp_path / "report.png", width=1280, height=1600)
+    empty = tmp_path / "blank.html"
+    empty.write_text("<!DOCTYPE html><html><body></body></html>")
+    blank = screenshot(empty, tmp_path / "blank.png", width=1280, height=1600)
+    a = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    b = np.asarray(Image.open(blank).convert("RGB")).astype(int)
+    assert a.shape == b.shape == (1600, 1280, 3)
+    assert (b == 255).all()  # the blank page is blank
+    changed = (np.abs(a - b).max(axis=2) > 16).mean()
+    assert changed > 0.2, f"only {changed:.1%} of the screenshot differs from a blank page"
+    # the two plot areas are painted and the median lines of both strategies drawn in them
+    assert _pixels(shot, PLOT_BG) > 200_000
+    assert _pixels(shot, GREEDY) > 300 and _pixels(shot, MCTS) > 300
+    dom = dump_dom(report)
+    assert dom.count('class="main-svg"') >= 4  # plotly renders two svg layers per figure
+    assert dom.count("js-line") >= 4  # the median traces as SVG paths
+
+
+def test_report_script_parses():
+    """scripts/sweep_report.sh (the README's main job) is the sweep and report commands tested above, in a script:
+    bash must at least parse it."""
+    r = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "sweep_report.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
