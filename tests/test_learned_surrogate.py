@@ -118,6 +118,9 @@ def test_forecast_live_candidates(model):
     out = model.forecast(problem, cands)
     assert len(out) == 3 and all(isinstance(f, Forecast) for f in out)
     assert all(sum(f.probs) == pytest.approx(1.0) and f.reasoning.startswith("learned:") for f in out)
+    frame = model.forecast_frame(problem, cands)
+    assert np.allclose(frame[[f"p{i}" for i in range(9)]].to_numpy(), [f.probs for f in out])
+    assert frame["mu"].notna().all() and (frame["ood"] >= 0).all()
     assert model.forecast(problem, []) == []
     with pytest.raises(ValueError, match="eager"):
         model.forecast(problem, cands, anchor="compile")

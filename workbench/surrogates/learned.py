@@ -47,7 +47,7 @@ N_OUT = len(BINS)
 def lgb_params(seed: int, n_estimators: int, learning_rate: float) -> dict[str, Any]:
     return dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=31, min_child_samples=10,
                 subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0, random_state=seed,
-                verbose=-1, n_jobs=2)
+                verbose=-1, n_jobs=1)  # one thread: on 2 shared cores OpenMP spinning costs more than it gains
 
 
 def grouped_folds(groups, k: int, seed: int = 0) -> np.ndarray:
@@ -321,18 +321,23 @@ class LearnedSurrogate:
                                    f"{r['p_fail']:.2f}, ood {r['ood']:.2f}, score {r['score']:+.2f}")
                 for _, r in pred.iterrows()]
 
-    def forecast(self, problem: Problem, candidates: list[Candidate], anchor: str = "eager") -> list[Forecast]:
-        """One Forecast per candidate vs eager; compile facts from `self.compile_records` when the search has them."""
-        if anchor != "eager":
-            raise ValueError(f"LearnedSurrogate forecasts against the eager anchor only, not {anchor!r}")
-        if not candidates:
-            return []
+    def forecast_frame(self, problem: Problem, candidates: list[Candidate]) -> pd.DataFrame:
+        """`predict_frame` for live candidates (the point estimate mu and the ranking score next to the 9
+        probabilities); compile facts from `self.compile_records` when the search has filled them."""
         ceil = self.ceilings if self.ceilings is not None else default_ceilings()
         if problem.key not in self._problems:
             self._problems[problem.key] = live_problem_info(problem, ceil)
         X = features_from_live(self._problems[problem.key], candidates, self.compile_records, ceil)
         X["problem_key"] = problem.key
-        return self.forecasts_from_frame(self.predict_frame(X))
+        return self.predict_frame(X)
+
+    def forecast(self, problem: Problem, candidates: list[Candidate], anchor: str = "eager") -> list[Forecast]:
+        """One Forecast per candidate vs eager (the `Surrogate` protocol); mu and the score are in its reasoning."""
+        if anchor != "eager":
+            raise ValueError(f"LearnedSurrogate forecasts against the eager anchor only, not {anchor!r}")
+        if not candidates:
+            return []
+        return self.forecasts_from_frame(self.forecast_frame(problem, candidates))
 
     # ---- persistence ----
     def save(self, path: str | Path) -> Path:
