@@ -220,3 +220,13 @@ def test_cli_train_and_missing_dataset(tmp_path, capsys):
     assert main(["surrogate", "eval", "--data", str(tmp_path / "nowhere")]) == 2
     assert "no measurement dataset" in capsys.readouterr().err
     assert main(["surrogate", "eval", "--data", str(DATA), "--only", "nonesuch"]) == 2
+
+
+def test_tau_comes_from_the_held_out_risk_coverage_curve(model):
+    v = model.validation
+    assert len(v["confidence"]) == len(v["wrong"]) > 0
+    strict, loose = model.tau(0.05), model.tau(0.6)
+    assert strict >= loose  # a lower tolerated risk accepts fewer forecasts
+    accepted = v["confidence"] >= loose
+    if accepted.any():  # what tau accepts meets the risk it was chosen for
+        assert v["wrong"][accepted].mean() <= 0.6 + 1e-9

@@ -183,9 +183,15 @@ def _search_surrogate(args, problem):
     if args.surrogate == "learned":
         from .surrogates.learned import LearnedSurrogate
 
-        model = LearnedSurrogate.load(args.surrogate_model) if args.surrogate_model else \
-            LearnedSurrogate.default()
-        tau = args.tau if args.tau is not None else model.tau
+        path = Path(args.surrogate_model or default_surrogate_path())
+        if path.exists():
+            model = LearnedSurrogate.load(path)
+        else:
+            print(f"no trained surrogate at {path}: training one on the shipped H200 dataset (a minute or two; "
+                  "`workbench surrogate train` does this ahead)", file=sys.stderr)
+            model = LearnedSurrogate().fit(_surrogate_table(argparse.Namespace(data=args.dataset)))
+            model.save(path)
+        tau = args.tau if args.tau is not None else model.tau(args.max_risk)
         return model, SelectivePolicy(tau=tau, seed=args.seed)
     raise ValueError(f"unknown surrogate '{args.surrogate}' (none, roofline, learned)")
 
@@ -375,8 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="screen over-generated proposals with a surrogate and a selective policy")
     srch.add_argument("--surrogate-model", default=None, help="a trained learned surrogate (workbench surrogate "
                                                                "train --out); default: train on the dataset")
-    srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: the surrogate's, "
-                                                              "chosen on validation data)")
+    srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: from the learned "
+                                                              "surrogate's held-out risk-coverage curve at --max-risk)")
+    srch.add_argument("--max-risk", type=float, default=0.3, help="bin-error rate the confident forecasts may have")
     srch.add_argument("--budget-gpu-s", type=float, default=60.0)
     srch.add_argument("--budget-wall-s", type=float, default=None)
     srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")

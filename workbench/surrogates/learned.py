@@ -214,7 +214,9 @@ class LearnedSurrogate:
                 part.update(excess=dist.excess(X[te]), y=y[te], failed=failed[te],
                             new_problem=np.full(int(te.sum()), r == 0 and n_groups >= 3))
                 cal.append(part)
-        self._calibrate({k: np.concatenate([c[k] for c in cal]) for k in cal[0]})
+        cal = {k: np.concatenate([c[k] for c in cal]) for k in cal[0]}
+        self._calibrate(cal)
+        self._keep_validation(cal)
         self.core = _Core(X, y, failed, groups, self.n_bags, self.n_estimators, self.learning_rate, self.seed)
         self.distances = Distances(X)
         self.prior = (np.bincount(to_bin(y, failed), minlength=N_OUT) + 1.0) / (len(y) + N_OUT)
@@ -260,6 +262,27 @@ class LearnedSurrogate:
                                                  hi=1 - 2.0 / max(int(rows.sum()), 4))
         # the OOD unit: the range excess that 95 % of held-out training problems stay within (at least 1 scale)
         self.excess_ref = max(float(np.quantile(cal["excess"][new], 0.95)) if new.any() else 1.0, 1.0)
+
+    def _keep_validation(self, cal: dict[str, np.ndarray]) -> None:
+        """Confidence and 0/1 bin error of the calibrated held-out forecasts for problems held out of training (the
+        "new" regime; rows held out at random when there were too few problems): the risk-coverage data that
+        `tau()` reads."""
+        new = cal["new_problem"] if cal["new_problem"].any() else ~cal["new_problem"]
+        known = np.zeros(int(new.sum()), bool)
+        probs = self._probs(cal["mu"][new], self._sigma(cal["bag_sd"][new], known), self.fail_map(cal["p_fail"][new]))
+        probs = self._recalibrate(probs, ~known, "new")
+        self.validation = {"confidence": probs.max(1),
+                           "wrong": (probs.argmax(1) != to_bin(cal["y"][new], cal["failed"][new])).astype(float)}
+
+    def tau(self, max_risk: float = 0.3) -> float:
+        """The selective policy's threshold, from the risk-coverage curve of held-out-problem forecasts: the lowest
+        confidence whose accepted forecasts have a bin-error rate <= max_risk (+inf: defer everything)."""
+        from ..metrics.selectivity import threshold_for_risk
+
+        v = getattr(self, "validation", None)
+        if v is None:
+            raise ValueError("this surrogate kept no validation forecasts: retrain it to derive tau")
+        return float(threshold_for_risk(v["confidence"], v["wrong"], max_risk))
 
     # ---- prediction ----
     def _sigma(self, bag_sd, known):
