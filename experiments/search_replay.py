@@ -45,7 +45,10 @@ def trajectory(search) -> list[dict]:
         if e["type"] != "node" or e.get("skipped"):
             continue
         last = e.get("last_stage") or {}
-        if last.get("name") in ("correctness", "quick_timing", "full_timing") and last.get("verdict") != "refused":
+        # measured: a GPU stage ran (a promoted node whose full timing replay could not answer still had its
+        # correctness and quick timing measured)
+        if e["summary"].get("fidelity") in ("correctness", "quick_timing", "full_timing") or (
+                last.get("name") in ("correctness", "quick_timing", "full_timing") and last.get("verdict") == "fail"):
             measured += 1
         sp = e["summary"].get("speedup_vs_eager")
         if sp and (best is None or sp > best):
@@ -157,11 +160,19 @@ def main() -> None:
                     help="the selective policy's tau: the lowest confidence whose accepted held-out forecasts have "
                          "at most this bin-error rate")
     ap.add_argument("--out", default=str(ROOT / "results" / "search"))
+    ap.add_argument("--summarize-only", action="store_true", help="rewrite summary and report from runs.jsonl")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df = load("candidates")
     df = df[df["regenerates"]]
+    if args.summarize_only:
+        rows = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+        summary = summarize(rows, df, args)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (out / "report.md").write_text(report(summary, args))
+        print(report(summary, args))
+        return
     counts = df.groupby("problem")["candidate"].count()
     timed = df[df["outcome"] == "ok"].groupby("problem")["candidate"].count()
     names = args.problems or sorted(p for p in counts.index if counts[p] >= args.min_points and timed.get(p, 0) >= 2)
@@ -253,6 +264,10 @@ def main() -> None:
 def summarize(rows: list[dict], df, args) -> dict:
     by = {}
     for r in rows:
+        # on replay every evaluated node of the recorded walk reached the GPU stages: count them by position (runs
+        # written before `trajectory` counted nodes whose unrecorded full timing was refused as unmeasured)
+        for i, t in enumerate(r["trajectory"]):
+            t["measured"] = i + 1
         by.setdefault((r["problem"], r["seed"]), {})[r["label"]] = r
     out: dict = {"budget": f"{args.budget_gpu_s:g} GPU-s" if args.budget_gpu_s else
                  f"{args.budget_fraction:.0%} of the GPU-seconds spent measuring the whole pool", "seeds": args.seeds, "problems": sorted({r["problem"] for r in rows}),
