@@ -184,8 +184,6 @@ def main() -> None:
     def learned_models():
         """One surrogate per fold of problems, trained without them; each fold's tau from the risk-coverage curve of
         the other folds' held-out forecasts (their bin errors by confidence), at --max-risk."""
-        import numpy as np
-
         from workbench.metrics import threshold_for_risk, to_bin
         from workbench.surrogates.features import training_table
         from workbench.surrogates.learned import LearnedSurrogate
@@ -279,7 +277,6 @@ def summarize(rows: list[dict], df, args) -> dict:
             continue
         u, sc = runs["greedy"], runs["greedy+screen"]
         final_ratio.append((sc["best"] or 0) / u["best"] if u["best"] else float("nan"))
-        n_u = measurements_to_reach(u["trajectory"], u["best"]) if u["best"] else None
         n_s = measurements_to_reach(sc["trajectory"], u["best"]) if u["best"] else None
         total_u = u["trajectory"][-1]["measured"] if u["trajectory"] else 0
         if n_s is not None and total_u:

@@ -21,7 +21,7 @@ import torch
 
 from ..devices import sandbox
 from . import tolerance as tol_mod
-from .execution import (Pair, make_inputs, reference_rounding, run_model, set_precision_policy, sync, tensors,
+from .execution import (Pair, make_inputs, reference_rounding, run_model, set_precision_policy, tensors,
                         widenable)
 from .records import FAIL, PASS
 
