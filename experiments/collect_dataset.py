@@ -35,17 +35,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def done_keys(out: Path) -> set[tuple[str, str, str]]:
-    """(problem key, candidate hash, kind) of every row already collected."""
-    keys = set()
+def iter_rows(out: Path):
+    """Every collected row of every GPU's file, in file order; a line cut by a kill is skipped (that candidate is
+    measured again)."""
     for path in sorted(out.glob("rows-gpu*.jsonl")):
         for line in path.read_text().splitlines():
             try:
-                r = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill: that candidate is measured again
+                yield json.loads(line)
+            except json.JSONDecodeError:
                 continue
-            keys.add((r["problem_key"], r["candidate"], r["kind"]))
-    return keys
+
+
+def done_keys(out: Path) -> set[tuple[str, str, str]]:
+    """(problem key, candidate hash, kind) of every row already collected."""
+    return {(r["problem_key"], r["candidate"], r["kind"]) for r in iter_rows(out)}
 
 
 def prepare(name: str, per_problem: int, seed: int):
@@ -148,17 +151,12 @@ def _quick_times(out: Path, problem_key: str, cands) -> dict:
     """Candidate -> quick-timing ms, from every row file (this run's and earlier runs')."""
     by_hash = {c.hash: c for c in cands}
     times = {}
-    for path in sorted(out.glob("rows-gpu*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if r.get("kind") != "candidate" or r["problem_key"] != problem_key or r["candidate"] not in by_hash:
-                continue
-            for st in r["evaluation"]["stages"]:
-                if st["name"] == "quick_timing" and st["verdict"] == "pass":
-                    times[by_hash[r["candidate"]]] = st["data"]["candidate_ms"]
+    for r in iter_rows(out):
+        if r.get("kind") != "candidate" or r["problem_key"] != problem_key or r["candidate"] not in by_hash:
+            continue
+        for st in r["evaluation"]["stages"]:
+            if st["name"] == "quick_timing" and st["verdict"] == "pass":
+                times[by_hash[r["candidate"]]] = st["data"]["candidate_ms"]
     return times
 
 

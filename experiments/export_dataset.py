@@ -18,21 +18,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 
 def read_rows(raw: Path) -> list[dict]:
+    from collect_dataset import iter_rows
+
     rows, seen = [], set()
-    for path in sorted(raw.glob("rows-gpu*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            key = (r["kind"], r["problem_key"], r["candidate"])
-            if key in seen:  # a slice re-measured what an earlier one had: keep the first
-                continue
-            seen.add(key)
-            rows.append(r)
+    for r in iter_rows(raw):
+        key = (r["kind"], r["problem_key"], r["candidate"])
+        if key in seen:  # a slice re-measured what an earlier one had: keep the first
+            continue
+        seen.add(key)
+        rows.append(r)
     return rows
 
 

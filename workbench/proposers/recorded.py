@@ -12,6 +12,7 @@ recorded hash (`regenerates`); the export checks that, and a test keeps template
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 from typing import Any, Iterable
@@ -23,12 +24,13 @@ def _canon(choice: Choice) -> str:
     return json.dumps(choice.to_dict(), sort_keys=True)
 
 
-def _fields(choice: Choice) -> set[tuple[str, str, str]]:
+@functools.lru_cache(maxsize=65536)  # every move measures distances to all recorded points: compute each once
+def _fields(choice: Choice) -> frozenset[tuple[str, str, str]]:
     d = choice.to_dict()
     out = {("fuse", k, json.dumps(v)) for k, v in d["fuse"].items()}
     for g, cfg in d["configs"].items():
         out |= {(g, k, json.dumps(v, sort_keys=True)) for k, v in cfg.items()}
-    return out
+    return frozenset(out)
 
 
 def distance(a: Choice, b: Choice) -> int:
