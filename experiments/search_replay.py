@@ -57,17 +57,19 @@ def trajectory(search) -> list[dict]:
     return out
 
 
-def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None):
+def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None,
+               compile_pool=None, wall_s: float | None = None):
     from workbench.harness.budget import Budget
     from workbench.harness.ladder import PromotionPolicy
     from workbench.search.search import Search
 
-    s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s), seed=seed,
+    s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s, wall_s), seed=seed,
                per_step=4, policy=PromotionPolicy(full_within=0.05), surrogate=surrogate, screen=screen)
+    s.ladder.compile_pool = compile_pool  # a live GPU run compiles screened proposals on these CPU workers
     t0 = time.perf_counter()
     s.run(steps=400)
     rep = s.report()
-    return {"strategy": strategy, "seed": seed, "screened": surrogate is not None,
+    return {"stopped": s.budget.exhausted(), "strategy": strategy, "seed": seed, "screened": surrogate is not None,
             "best": rep["best"]["speedup_vs_eager"] if rep["best"] else None, "gpu_seconds": rep["gpu_seconds"],
             "evaluations": rep["evaluations"], "skipped": rep["skipped_by_surrogate"],
             "candidates": rep["candidates"], "trajectory": trajectory(s), "wall_s": time.perf_counter() - t0}

@@ -47,7 +47,8 @@ def run(progress: Callable[[str], None], problem: tuple, cand_path: str, device:
             if stage == "correctness":
                 r = correctness.check(pair, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"))
             elif stage in timing.FIDELITY:
-                r = timing.measure(pair, stage, floor_ms=opts.get("floor_ms"))
+                r = timing.measure(pair, stage, floor_ms=opts.get("floor_ms"),
+                                   compile_modes=opts.get("compile_modes"))
             else:
                 r = {"verdict": FAIL, "reason": f"unknown device stage '{stage}'"}
         except ProblemError as e:

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Device calls of one session, by name: `bash experiments/gpu_calls.sh dataset|bench|confirm` (outputs under $OUT).
+# dataset: a smoke run of the benchmark path (max-autotune reference) on one small problem, then a resumable dataset
+#          slice on both GPUs; only the rows new in this call come back (gzipped), to be appended here.
+# bench:   the suite benchmark (best candidate vs eager, torch.compile, max-autotune), half the suite per GPU.
+# confirm: the screening headline on the H200 (search_h200.py), then GPU tests on GPU 0 and the suite's profiles
+#          (ncu) on GPU 1.
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+step=${1:?dataset, bench or confirm}
+
+if [ "$step" = dataset ]; then
+  timeout 150 python3 experiments/bench_suite.py scale_shift_relu --candidates 0 --from-dataset 1 --compile-workers 2 \
+    --out /tmp/smoke > "$OUT/smoke.log" 2>&1
+  tail -4 "$OUT/smoke.log"
+  mkdir -p /tmp/raw && cp results/dataset/raw/rows-gpu*.jsonl /tmp/raw/
+  wc -l /tmp/raw/rows-gpu*.jsonl > "$OUT/before.txt"
+  timeout "${COLLECT_S:-430}" python3 experiments/collect_dataset.py residual_layernorm embedding_gather \
+    matmul_small_k_bf16 mlp swiglu_mlp causal_attention transformer_block --gpus 2 --per-problem 250 \
+    --compile-workers 30 --deadline-s "${DEADLINE_S:-370}" --out /tmp/raw > "$OUT/collect.log" 2>&1
+  for g in 0 1; do
+    n=$(awk -v f="/tmp/raw/rows-gpu$g.jsonl" '$2 == f {print $1}' "$OUT/before.txt")
+    tail -n +$((${n:-0} + 1)) "/tmp/raw/rows-gpu$g.jsonl" | gzip > "$OUT/new-rows-gpu$g.jsonl.gz"
+  done
+  cat /tmp/raw/runs.jsonl 2>/dev/null | tail -1 > "$OUT/run.json"
+  tail -12 "$OUT/collect.log"
+fi
+
+if [ "$step" = bench ]; then
+  mapfile -t all < <(python3 -c "from workbench.problems import builtin_names; print('\n'.join(builtin_names()))")
+  half=()
+  other=()
+  for i in "${!all[@]}"; do if (( i % 2 == 0 )); then half+=("${all[$i]}"); else other+=("${all[$i]}"); fi; done
+  for g in 0 1; do
+    if [ $g = 0 ]; then set -- "${half[@]}"; else set -- "${other[@]}"; fi
+    timeout "${BENCH_S:-540}" python3 experiments/bench_suite.py "$@" --candidates "${FRESH:-2}" --from-dataset 3 \
+      --gpu-minutes 10 --compile-workers 6 --gpu $g --out "$OUT/suite$g" > "$OUT/bench$g.log" 2>&1 &
+  done
+  wait
+  tail -3 "$OUT/bench0.log" "$OUT/bench1.log"
+fi
+
+if [ "$step" = confirm ]; then
+  # PROBLEM:BUDGET pairs; each budget is the one the replay experiment gave that problem (results/search/runs.jsonl)
+  for pb in ${CONFIRM:-bmm_bf16:4.65}; do
+    p=${pb%%:*}
+    timeout "${CONFIRM_S:-300}" python3 experiments/search_h200.py "$p" --surrogate-model "/tmp/wbhome/without-$p.pkl" \
+      --train --budget-gpu-s "${pb##*:}" --wall-s "${CONFIRM_WALL:-200}" --gpus 2 --compile-workers 12 \
+      --out /tmp/h200 >> "$OUT/confirm.log" 2>&1
+  done
+  tar czf "$OUT/h200.tgz" -C /tmp h200
+  tail -8 "$OUT/confirm.log"
+  timeout "${TESTS_S:-240}" python3 -m pytest -m gpu tests/test_gpu.py tests/test_gpu_profiling.py \
+    tests/test_kernels_gemm.py tests/test_kernels_reduce.py -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout "${PROFILE_S:-240}" python3 experiments/profile_suite.py --gpu 0 \
+    --deadline-s "${PROFILE_DEADLINE:-200}" --out /tmp/profiles > "$OUT/profile.log" 2>&1 &
+  wait
+  tar czf "$OUT/profiles.tgz" -C /tmp profiles
+  tail -4 "$OUT/gpu_tests.log"
+  tail -4 "$OUT/profile.log"
+fi
