@@ -177,11 +177,11 @@ def test_parsing_edge_cases():
 def test_surrogate_round_trip_list_and_dict(problem):
     client = make_client("forecast_list", "forecast_dict")
     surrogate = LLMSurrogate(client)
-    f = surrogate.forecast(problem, None, "class ModelNew: ...")
+    f = surrogate.forecast_one(problem, None, "class ModelNew: ...")
     assert f.parsed and f.probs[5] == pytest.approx(0.35) and f.confidence == pytest.approx(0.35)
     assert f.point == pytest.approx(sum(p * m for p, m in zip(f.probs, (-3, -1.5, -.75, -.25, .25, .75, 1.5, 3))) / 0.9)
     assert 0 < f.entropy_confidence < 1 and f.reasoning.startswith("Memory-bound")
-    g = surrogate.forecast(problem, None, "class ModelNew: ...")
+    g = surrogate.forecast_one(problem, None, "class ModelNew: ...")
     assert g.probs == pytest.approx((0, 0, 0, 0.1, 0.6, 0.1, 0, 0, 0.2)) and g.p_fail == pytest.approx(0.2)
     assert g.point == pytest.approx((0.1 * -0.25 + 0.6 * 0.25 + 0.1 * 0.75) / 0.8)
     stable = client.client.requests[0]["system"][0]
@@ -190,10 +190,10 @@ def test_surrogate_round_trip_list_and_dict(problem):
 
 
 def test_surrogate_repeats_average_and_unparsable(problem):
-    f = LLMSurrogate(make_client("forecast_list", "forecast_dict"), repeats=2).forecast(problem, "anchor", "cand")
+    f = LLMSurrogate(make_client("forecast_list", "forecast_dict"), repeats=2).forecast_one(problem, "anchor", "cand")
     assert f.probs[4] == pytest.approx((0.15 + 0.6) / 2) and len(f.call_ids) == 2
     recorder = CallRecorder()
-    bad = LLMSurrogate(make_client("forecast_bad", recorder=recorder)).forecast(problem, "anchor", "cand")
+    bad = LLMSurrogate(make_client("forecast_bad", recorder=recorder)).forecast_one(problem, "anchor", "cand")
     assert not bad.parsed and bad.confidence == 0 and bad.entropy_confidence == 0
     assert bad.probs == pytest.approx([1 / 9] * 9) and "expected 9 probabilities" in bad.failure
     assert recorder.calls()[0]["reply"].startswith("I cannot tell")
@@ -210,7 +210,7 @@ def test_forecast_bins():
 # ---- client: retries, cost, redaction, no key ----
 def test_rate_limit_retries_then_succeeds(problem):
     client = make_client(rate_limit(), rate_limit(), "forecast_list", backoff_s=1.0)
-    f = LLMSurrogate(client).forecast(problem, None, "cand")
+    f = LLMSurrogate(client).forecast_one(problem, None, "cand")
     assert f.parsed and client.retries == 2 and len(client.client.requests) == 3
     assert len(client.sleeps) == 2 and 0.5 <= client.sleeps[0] <= 1.5 and 1.0 <= client.sleeps[1] <= 3.0
 
@@ -223,11 +223,11 @@ def test_retries_give_up_and_connection_errors(problem):
     assert recorder.calls()[0]["ok"] == 0 and recorder.calls()[0]["retries"] == 2
     conn = anthropic.APIConnectionError(request=httpx.Request("POST", "https://api.anthropic.com/v1/messages"))
     client = make_client(conn, "forecast_list")
-    assert LLMSurrogate(client).forecast(problem, None, "cand").parsed and client.retries == 1
+    assert LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.retries == 1
     bad_request = anthropic.BadRequestError("bad", response=httpx.Response(
         400, request=httpx.Request("POST", "https://api.anthropic.com/v1/messages")), body=None)
     client = make_client(bad_request, "forecast_list")
-    assert not LLMSurrogate(client).forecast(problem, None, "cand").parsed and client.retries == 0
+    assert not LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.retries == 0
 
 
 def test_cost_accounting(problem, tmp_path):

@@ -5,12 +5,15 @@
     workbench eval PROBLEM CANDIDATE [--device auto|cuda|cpu] [--set ...] [--up-to STAGE] [--json]
     workbench propose PROBLEM [--set ...] [--n K] [--seed S] --out DIR
     workbench search PROBLEM [--strategy greedy|beam|evolutionary|mcts] [--proposer offline|llm]
-                     [--device auto|cuda|cpu|replay]
+                     [--surrogate none|roofline|learned|llm] [--repeats K] [--device auto|cuda|cpu|replay]
                      [--budget-gpu-s N] [--steps N] [--seed N] [--search-id ID] [--json]
     workbench sweep experiments/X.yaml [--jobs N] [--only RUN_ID]
     workbench report RUNS_DIR [--out report.html]
     workbench surrogate train [--out PATH] [--data DIR] [--trees N]
     workbench surrogate eval [--split random|problem|family] [--json] [--data DIR] [--folds K] [--only NAME]
+                             [--surrogate llm] [--limit-pairs N] [--pairs-per-problem K] [--repeats K]
+    workbench llm export --out pairs.jsonl [--anchor eager|compile] [--store PATH]
+    workbench llm train-rl --model PATH --data pairs.jsonl --out DIR [--steps N] [--rewards brier,rps,...]
     workbench demo [--device auto|cuda|cpu]
 
 PROBLEM is a KernelBench-format file or a built-in name. `eval` exits 0 whenever it ran, whatever the verdict; a
@@ -167,11 +170,32 @@ def _search_device(args):
     return ReplayDevice.from_dataset(args.dataset, stores=args.replay_data)
 
 
-def _search_surrogate(args, problem):
+def _llm_client(store=None, model: str | None = None):
+    """The `LLMClient` behind --proposer llm and --surrogate llm: the Anthropic SDK, ANTHROPIC_API_KEY read from the
+    environment (without it `LLMUnavailable` says so and the command exits 2), each call recorded in the store's
+    `llm_calls` table when a store is open. Tests replace this function to inject recorded replies."""
+    from .llm import LLMClient, LLMConfig
+    from .llm.recorder import CallRecorder
+
+    recorder = CallRecorder.for_store(store) if store is not None and getattr(store, "path", None) else None
+    return LLMClient(LLMConfig(model=model) if model else LLMConfig(), recorder=recorder)
+
+
+def _search_surrogate(args, problem, llm_client=None):
     """(surrogate, selective policy) for --surrogate, or (None, None)."""
     if args.surrogate == "none":
         return None, None
     from .surrogates import SelectivePolicy
+
+    if args.surrogate == "llm":
+        from .llm import LLMSurrogate
+
+        if llm_client is None:
+            raise ValueError("--surrogate llm needs an LLM client")
+        # no held-out risk-coverage curve for the LLM yet: by default nothing counts as confident, so the slots go
+        # to the most promising forecasts (set --tau from `workbench surrogate eval --surrogate llm`)
+        return LLMSurrogate(llm_client, repeats=args.repeats), SelectivePolicy(
+            tau=args.tau if args.tau is not None else 1.01, seed=args.seed)
 
     if args.surrogate == "roofline":
         from .surrogates import RooflineSurrogate
@@ -193,7 +217,7 @@ def _search_surrogate(args, problem):
             model.save(path)
         tau = args.tau if args.tau is not None else model.tau(args.max_risk)
         return model, SelectivePolicy(tau=tau, seed=args.seed)
-    raise ValueError(f"unknown surrogate '{args.surrogate}' (none, roofline, learned)")
+    raise ValueError(f"unknown surrogate '{args.surrogate}' (none, roofline, learned, llm)")
 
 
 def cmd_search(args) -> int:
@@ -201,6 +225,12 @@ def cmd_search(args) -> int:
     from .search.search import make_search
 
     problem = _load_problem(args)
+    if args.repeats < 1:
+        raise ValueError("--repeats must be at least 1")
+    store = _open_store(args)
+    # one client for the LLM proposer and the LLM surrogate: one concurrency limit, one cost account; without
+    # ANTHROPIC_API_KEY this raises LLMUnavailable (exit 2 with that message) before any device is opened
+    llm_client = _llm_client(store, args.llm_model) if "llm" in (args.proposer, args.surrogate) else None
     device = _search_device(args)
     try:
         kwargs = {}
@@ -208,12 +238,12 @@ def cmd_search(args) -> int:
             from .proposers.recorded import RecordedProposer
 
             kwargs["offline"] = RecordedProposer.from_dataset(problem, args.dataset)
-        surrogate, screen = _search_surrogate(args, problem)
-        # --proposer llm needs ANTHROPIC_API_KEY; without it make_search raises LLMUnavailable with that message
+        surrogate, screen = _search_surrogate(args, problem, llm_client)
         search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
-                             budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=_open_store(args),
+                             budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=store,
                              seed=args.seed, per_step=args.per_step, search_id=args.search_id,
-                             surrogate=surrogate, screen=screen, **kwargs)
+                             surrogate=surrogate, screen=screen,
+                             llm_client=llm_client if args.proposer == "llm" else None, **kwargs)
         if not args.json:
             print(f"search {problem.name} on {device.name}: strategy {args.strategy}, proposer {args.proposer}, "
                   f"surrogate {args.surrogate}, budget {args.budget_gpu_s:g} GPU-s", flush=True)
@@ -231,6 +261,8 @@ def cmd_search(args) -> int:
     finally:
         device.close()
     report = search.report()
+    if llm_client is not None:
+        report["llm"] = llm_client.summary()  # calls, retries, tokens and cost of this search
     if device.kind == "replay":
         report["replay"] = {"of": device.recorded_device, "answered": device.answered,
                             "not_measured": device.not_measured}
@@ -281,23 +313,88 @@ def cmd_surrogate_train(args) -> int:
 
 
 def cmd_surrogate_eval(args) -> int:
-    """Cross-validated metrics of the learned surrogate and the baselines on one split of the dataset."""
-    from .surrogates.evaluate import default_surrogates, evaluate, format_table, jsonable
+    """Cross-validated metrics of the learned surrogate, the baselines and (--surrogate llm) Claude on one split of
+    the dataset; with --limit-pairs every one of them is scored on the same seeded sample of pairs."""
+    from .store.dataset import load
+    from .surrogates.evaluate import default_surrogates, evaluate, format_table, jsonable, sample_rows
+    from .surrogates.features import training_table
 
-    table = _surrogate_table(args)
+    cands, problems = load("candidates", args.data), load("problems", args.data)
+    table = training_table(cands, problems)
     factories = default_surrogates(args.seed, args.trees)
+    known = sorted(set(factories) | {"llm"})
+    unknown = set(args.only) - set(known)
+    if unknown:
+        raise ValueError(f"unknown surrogate(s) {sorted(unknown)}; choose from {known}")
+    want_llm = "llm" in args.surrogate or "llm" in args.only
     if args.only:
-        unknown = set(args.only) - set(factories)
-        if unknown:
-            raise ValueError(f"unknown surrogate(s) {sorted(unknown)}; choose from {sorted(factories)}")
         factories = {k: v for k, v in factories.items() if k in args.only}
-    results = evaluate(table, args.split, factories, k=args.folds, seed=args.seed)
+    if args.repeats < 1:
+        raise ValueError("--repeats must be at least 1")
+    if want_llm and args.limit_pairs is None:
+        raise ValueError(f"the LLM surrogate makes one API call per pair (x --repeats) and the dataset has "
+                         f"{len(table)}: pass --limit-pairs N (every surrogate is then scored on the same N pairs)")
+    sample = None
+    if args.limit_pairs is not None:
+        # the sample is drawn from rows whose source regenerates whether or not the LLM takes part, so runs with
+        # and without it at one seed score the same pairs
+        eligible = cands.loc[table.index, "regenerates"].to_numpy(bool) if "regenerates" in cands.columns else None
+        sample = sample_rows(table, args.limit_pairs, args.seed, eligible, args.pairs_per_problem)
+    client = None
+    if want_llm:
+        from .llm import LLMSurrogate
+        from .llm.dataset_eval import llm_factory
+
+        client = _llm_client(None, args.llm_model)
+        factories["llm"] = llm_factory(LLMSurrogate(client, repeats=args.repeats), cands)
+    results = evaluate(table, args.split, factories, k=args.folds, seed=args.seed, sample=sample)
+    if client is not None:
+        results["llm"]["llm_calls"] = client.summary()
     if args.json:
         print(json.dumps(jsonable(results)))
-    else:
-        print(f"split {args.split}: {len(table)} candidates, {table['problem_key'].nunique()} problems, "
-              f"{next(iter(results.values()))['folds']} folds")
-        print(format_table(results))
+        return 0
+    scored = table if sample is None else table.loc[sample]
+    print(f"split {args.split}: {len(table)} candidates, {table['problem_key'].nunique()} problems, "
+          f"{next(iter(results.values()))['folds']} folds" +
+          ("" if sample is None else f"; scored on a sample of {len(scored)} pairs over "
+                                     f"{scored['problem_key'].nunique()} problems (seed {args.seed})"))
+    print(format_table(results))
+    if client is not None:
+        s = results["llm"]["llm_calls"]
+        print(f"llm: {s['calls']} calls, {s['retries']} retries, {results['llm']['unparsed']} unreadable forecasts, "
+              f"${s['cost_usd']:.4f}")
+    return 0
+
+
+def cmd_llm_export(args) -> int:
+    """Measured evaluations of the store as chat-format JSONL (the LLM surrogate's prompt, the measured outcome)."""
+    from .llm.rewards import export_pairs
+    from .store import Store
+    from .store.sqlite import default_store_path
+
+    path = Path(args.store).expanduser() if args.store else default_store_path()
+    if not path.exists():  # Store() would create an empty one and the export would silently be empty
+        raise ValueError(f"no store at {path} (give --store PATH)")
+    store = Store(path)
+    try:
+        n = export_pairs(store, args.out, anchor=args.anchor)
+    finally:
+        store.close()
+    print(f"{n} pairs -> {args.out}")
+    return 0
+
+
+def cmd_llm_train_rl(args) -> int:
+    """GRPO fine-tuning of a local causal LM on exported pairs, rewarded by calibration scores (the [rl] extra)."""
+    from .llm.train_rl import train
+
+    summary = train(args.model, args.data, args.out, rewards=args.rewards.split(","), steps=args.steps,
+                    num_generations=args.num_generations, batch_size=args.batch_size, learning_rate=args.lr,
+                    max_completion_length=args.max_completion_tokens, temperature=args.temperature, beta=args.beta,
+                    seed=args.seed)
+    print(json.dumps(summary, default=str) if args.json else
+          f"trained {summary['steps']} steps on {summary['pairs']} pairs in {summary['seconds']:.1f} s: "
+          f"{summary['out']}\n" + "\n".join(f"  {k}: {v:.4g}" for k, v in summary["last"].items()))
     return 0
 
 
@@ -377,8 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--dataset", default=None, help="replay dataset directory (default: the shipped results/dataset)")
     srch.add_argument("--replay-data", action="append", default=[],
                       help="extra store(s) of recorded GPU measurements for replay")
-    srch.add_argument("--surrogate", default="none", choices=["none", "roofline", "learned"],
-                      help="screen over-generated proposals with a surrogate and a selective policy")
+    srch.add_argument("--surrogate", default="none", choices=["none", "roofline", "learned", "llm"],
+                      help="screen over-generated proposals with a surrogate and a selective policy (llm: Claude "
+                           "forecasts each, needs ANTHROPIC_API_KEY)")
+    srch.add_argument("--repeats", type=int, default=1, help="LLM surrogate: forecasts per candidate, averaged")
+    srch.add_argument("--llm-model", default=None, help="Claude model for --proposer/--surrogate llm "
+                                                        "(default: LLMConfig's)")
     srch.add_argument("--surrogate-model", default=None, help="a trained learned surrogate (workbench surrogate "
                                                                "train --out); default: train on the dataset")
     srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: from the learned "
@@ -431,12 +532,45 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rows at random, whole problems held out (default), or whole kernel families held out")
     se.add_argument("--folds", type=int, default=5, help="folds for the random and problem splits")
     se.add_argument("--only", action="append", default=[], metavar="NAME",
-                    help="evaluate only this surrogate (learned, roofline, prior, random, oracle); repeatable")
+                    help="evaluate only this surrogate (learned, roofline, prior, random, oracle, llm); repeatable")
+    se.add_argument("--surrogate", action="append", default=[], choices=["llm"],
+                    help="add a surrogate outside the default set: llm (Claude; ANTHROPIC_API_KEY; one call per "
+                         "pair, so with --limit-pairs)")
+    se.add_argument("--limit-pairs", type=int, default=None, metavar="N",
+                    help="score every surrogate on the same seeded sample of N pairs (rows whose source regenerates)")
+    se.add_argument("--pairs-per-problem", type=int, default=8, help="sample: pairs taken from each problem drawn")
+    se.add_argument("--repeats", type=int, default=1, help="LLM surrogate: forecasts per pair, averaged")
+    se.add_argument("--llm-model", default=None, help="Claude model of the LLM surrogate (default: LLMConfig's)")
     se.add_argument("--data", default=None, help="dataset directory (default: results/dataset)")
     se.add_argument("--seed", type=int, default=0)
     se.add_argument("--trees", type=int, default=250, help="trees per LightGBM model of the learned surrogate")
     se.add_argument("--json", action="store_true", help="print one JSON object keyed by surrogate name")
     se.set_defaults(func=cmd_surrogate_eval)
+
+    llm = sub.add_parser("llm", help="forecaster fine-tuning data and training").add_subparsers(dest="sub",
+                                                                                                  required=True)
+    ex = llm.add_parser("export", help="the store's measured evaluations as chat-format JSONL (SFT or RL)")
+    ex.add_argument("--out", required=True, help="the JSONL file")
+    ex.add_argument("--anchor", default="eager", choices=["eager", "compile"])
+    ex.add_argument("--store", default=None, help="SQLite store path (default: $WORKBENCH_STORE or "
+                                                  "~/.workbench/store.sqlite)")
+    ex.set_defaults(func=cmd_llm_export)
+    rl = llm.add_parser("train-rl", help="GRPO fine-tuning of a local model on exported pairs (needs the [rl] extra)")
+    rl.add_argument("--model", required=True, help="a local model directory (transformers format, with tokenizer)")
+    rl.add_argument("--data", required=True, help="pairs.jsonl from `workbench llm export`")
+    rl.add_argument("--out", required=True, help="where the fine-tuned model and tokenizer are saved")
+    rl.add_argument("--rewards", default="brier,rps,correctness",
+                    help="comma-separated reward functions: brier, rps, log, correctness")
+    rl.add_argument("--steps", type=int, default=100)
+    rl.add_argument("--num-generations", type=int, default=4, help="completions per prompt (GRPO's group)")
+    rl.add_argument("--batch-size", type=int, default=4, help="completions per device step (a multiple of the group)")
+    rl.add_argument("--lr", type=float, default=1e-6)
+    rl.add_argument("--max-completion-tokens", type=int, default=256)
+    rl.add_argument("--temperature", type=float, default=1.0)
+    rl.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the starting model (0: none)")
+    rl.add_argument("--seed", type=int, default=0)
+    rl.add_argument("--json", action="store_true")
+    rl.set_defaults(func=cmd_llm_train_rl)
 
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default="auto")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .forecast import BINS, FAILS, outcome_index
-from .surrogate import forecast_prompts
+from .surrogate import anchor_source, forecast_prompts
 
 ANCHORS = {"eager": "speedup_vs_eager", "compile": "speedup_vs_compile"}
 ORDINAL = (FAILS,) + tuple(range(FAILS))  # fails, then the bins from slowest to fastest
@@ -98,8 +98,7 @@ def export_pairs(store: Any, path: str | Path, anchor: str = "eager") -> int:
             if source is None or cand is None:
                 continue
             idx = FAILS if failed else outcome_index(float(speedup))
-            anchor_source = source if anchor == "eager" else "torch.compile(Model(*get_init_inputs())) of the reference"
-            stable, user = forecast_prompts(source, anchor, anchor_source, cand)
+            stable, user = forecast_prompts(source, anchor, anchor_source(source, anchor), cand)
             answer = {"outcome": BINS[idx], "probabilities": {b: float(i == idx) for i, b in enumerate(BINS)},
                       "log2_speedup": None if failed else math.log2(float(speedup))}
             line = {"messages": [{"role": "system", "content": stable}, {"role": "user", "content": user},

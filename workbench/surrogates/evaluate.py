@@ -17,6 +17,13 @@ Splits (`split_folds`):
 - budget, per problem with a timed candidate: TenSet's top-k score (best speedup among the k best-scored over the
   pool's best, k = 1, 5) and, for B = 2, 5, 10, 25 % of the pool measured in score order, the fraction of problems
   where that finds a kernel within 5 % and within 20 % of the pool's best.
+
+Sampling (`sample_rows`, `evaluate(..., sample=)`): a surrogate that pays per forecast (the LLM: one API call per
+pair) is scored on a seeded sample of rows, and every other surrogate on that same sample, so the comparison is on
+identical candidates. Folds are still dealt over the whole table and each fold's surrogate still trains on all the
+other folds' rows; only the held-out rows it is scored on are restricted. The sample keeps whole pools of a few
+candidates per problem (ranking needs two or more in a pool) and draws only rows the caller marks eligible (for the
+LLM: rows whose source the dataset can regenerate).
 """
 from __future__ import annotations
 
@@ -64,17 +71,51 @@ def split_folds(table: pd.DataFrame, split: str, k: int = 5, seed: int = 0) -> n
     raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
 
 
-def cross_predict(factory: Callable[[], Any], table: pd.DataFrame, folds: np.ndarray) -> tuple[pd.DataFrame, float]:
-    """Held-out predictions for every row (each from a surrogate trained on the other folds) and the mean seconds
-    one training took."""
+def sample_rows(table: pd.DataFrame, n: int, seed: int = 0, eligible: np.ndarray | None = None,
+                per_problem: int = 8) -> pd.Index:
+    """A seeded sample of at most n row labels: problems in a random order, up to `per_problem` random eligible rows
+    from each, until n are taken (in table order). All eligible rows when there are no more than n."""
+    if n < 1:
+        raise ValueError(f"the sample needs at least 1 pair, got {n}")
+    if per_problem < 1:
+        raise ValueError(f"pairs per problem must be at least 1, got {per_problem}")
+    ok = np.ones(len(table), bool) if eligible is None else np.asarray(eligible, bool)
+    if len(ok) != len(table):
+        raise ValueError("eligible must have one flag per table row")
+    pool = table[ok]
+    if pool.empty:
+        raise ValueError("no eligible rows to sample (for the LLM: no candidate whose source regenerates)")
+    if len(pool) <= n:
+        return pool.index
+    rng = np.random.default_rng(seed)
+    groups = {k: g.index.to_numpy() for k, g in pool.groupby("problem_key", sort=True)}
+    keys = sorted(groups)
+    picked: list = []
+    for j in rng.permutation(len(keys)):
+        rows = groups[keys[j]]
+        take = rng.choice(len(rows), size=min(per_problem, len(rows), n - len(picked)), replace=False)
+        picked.extend(rows[np.sort(take)])
+        if len(picked) >= n:
+            break
+    return table.index[table.index.isin(picked)]
+
+
+def cross_predict(factory: Callable[[], Any], table: pd.DataFrame, folds: np.ndarray,
+                  sample: pd.Index | None = None) -> tuple[pd.DataFrame, float]:
+    """Held-out predictions for every row, or for the rows in `sample` (each from a surrogate trained on the other
+    folds' rows, all of them), and the mean seconds one training took. A fold with no row to predict trains
+    nothing."""
+    wanted = np.ones(len(table), bool) if sample is None else table.index.isin(sample)
     parts, secs = [], []
     for f in np.unique(folds):
-        train, test = table[folds != f], table[folds == f]
+        test = table[(folds == f) & wanted]
+        if test.empty:
+            continue
         t0 = time.perf_counter()
-        s = factory().fit(train)
+        s = factory().fit(table[folds != f])
         secs.append(time.perf_counter() - t0)
         parts.append(s.predict_frame(test))
-    return pd.concat(parts).loc[table.index], float(np.mean(secs))
+    return pd.concat(parts).loc[table.index[wanted]], float(np.mean(secs))
 
 
 def _ranking_truth(table: pd.DataFrame) -> np.ndarray:
@@ -171,18 +212,24 @@ def per_problem(table: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
 
 
 def evaluate(table: pd.DataFrame, split: str = "problem", surrogates: Mapping[str, Callable[[], Any]] | None = None,
-             k: int = 5, seed: int = 0, predictions: dict[str, pd.DataFrame] | None = None
-             ) -> dict[str, dict[str, Any]]:
+             k: int = 5, seed: int = 0, predictions: dict[str, pd.DataFrame] | None = None,
+             sample: pd.Index | None = None) -> dict[str, dict[str, Any]]:
     """{surrogate name: metrics} for one split, each surrogate trained afresh per fold. Pass a dict as
-    `predictions` to get each surrogate's held-out prediction frame too."""
+    `predictions` to get each surrogate's held-out prediction frame too. `sample` (row labels, see `sample_rows`):
+    every surrogate is scored on those rows only (trained as without it). A surrogate whose predictions say which
+    replies it could read (a `parsed` column: the LLM) also reports how many it could not."""
     folds = split_folds(table, split, k, seed)
+    scored = table if sample is None else table.loc[table.index.isin(sample)]
+    if scored.empty:
+        raise ValueError("the sample holds none of the table's rows")
     out = {}
     for name, factory in (surrogates or default_surrogates(seed)).items():
-        pred, secs = cross_predict(factory, table, folds)
+        pred, secs = cross_predict(factory, table, folds, None if sample is None else scored.index)
         if predictions is not None:
             predictions[name] = pred
-        out[name] = {**metrics(table, pred), "split": split, "folds": int(len(np.unique(folds))),
-                     "train_seconds": secs}
+        out[name] = {**metrics(scored, pred), "split": split, "folds": int(len(np.unique(folds))),
+                     "train_seconds": secs, **({"unparsed": int((~pred["parsed"].astype(bool)).sum())}
+                                               if "parsed" in pred.columns else {})}
     return out
 
 
