@@ -133,10 +133,46 @@ class OfflineProposer:
                 if limit is not None and count >= limit:
                     return
 
-    def moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
-        """Up to k labelled moves from a point: "config:<group>" changes one group's configuration, "fuse:<node>"
-        flips one fusion point (the new layout starts from its families' defaults). With a search memory, move kinds
-        that paid off more often are drawn more often."""
+    def moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None, findings=None,
+              guided_share: float | None = None, min_severity: str | None = None) -> list[tuple[str, Choice]]:
+        """Up to k labelled moves from a point. Plain moves (`plain_moves`) are random; with profiler `findings`
+        about the point (`Finding`s or their dicts), about `guided_share` of the moves in every prefix of the list
+        follow those of at least `min_severity` instead (`guided.guided_moves`: "<finding move>:<group>"), plain
+        moves filling in where the findings suggest nothing this space can do."""
+        plain = self.plain_moves(choice, rng, k, memory)
+        if not findings:
+            return plain
+        from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
+
+        share = GUIDED_SHARE if guided_share is None else guided_share
+        guided = guided_moves(self, choice, findings, rng, k, memory, min_severity or MIN_SEVERITY)
+        return interleave(guided, plain, share, k)
+
+    def config_alternatives(self, choice: Choice, gid: str) -> Iterator[Choice]:
+        """Every point that differs from `choice` only in group `gid`'s configuration (what guided moves pick from)."""
+        fuse = dict(choice.fuse)
+        groups = self.groups(fuse)
+        g = next((x for x in groups if x.gid == gid), None)
+        if g is None:
+            return
+        configs = dict(choice.configs)
+        for cfg in self.group_space(g):
+            c = _canon(cfg)
+            if c != configs.get(gid):
+                yield Choice(choice.fuse, tuple((x.gid, c if x.gid == gid else configs[x.gid]) for x in groups))
+
+    def fusion_alternatives(self, choice: Choice) -> Iterator[Choice]:
+        """The points one fusion flip away (the new layout starts from its families' defaults, as a fuse move does)."""
+        fuse = dict(choice.fuse)
+        for p in self.fusion_points:
+            f2 = {**fuse, p: not fuse.get(p, True)}
+            yield Choice(tuple(sorted(f2.items())),
+                         tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(f2)))
+
+    def plain_moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
+        """Up to k labelled random moves from a point: "config:<group>" changes one group's configuration,
+        "fuse:<node>" flips one fusion point (the new layout starts from its families' defaults). With a search
+        memory, move kinds that paid off more often are drawn more often."""
         fuse = dict(choice.fuse)
         configs = dict(choice.configs)
         groups = self.groups(fuse)

@@ -3,9 +3,10 @@
 A search on the replay device can only learn from candidates the dataset recorded; any other candidate is answered
 "not measured". Rather than waste steps on those, a replay search walks the recorded subset of the space: the
 offline proposer's own moves are kept when they land on a recorded point, and when too few do, the nearest recorded
-points (fewest differing fusion flags and configuration fields) are offered as "jump" moves. For a problem whose
-whole space was measured the walk is exactly the offline proposer's. The default point is the proposer's default
-when recorded, else the recorded point nearest to it.
+points (fewest differing fusion flags and configuration fields) are offered as "jump" moves. Findings-guided moves
+(`guided.py`) pick among recorded points too: the nearest one whose configuration goes the way a finding asks. For a
+problem whose whole space was measured the walk is exactly the offline proposer's. The default point is the
+proposer's default when recorded, else the recorded point nearest to it.
 
 Points are recorded choices (canonical JSON from the dataset's `choice_json`) whose source still renders to the
 recorded hash (`regenerates`); the export checks that, and a test keeps templates and data in step.
@@ -83,14 +84,29 @@ class RecordedProposer(OfflineProposer):
                 return
             yield c
 
-    def moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
-        out = [(m, c) for m, c in super().moves(choice, rng, k=k, memory=memory) if self.is_recorded(c)]
+    def plain_moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
+        out = [(m, c) for m, c in super().plain_moves(choice, rng, k=k, memory=memory) if self.is_recorded(c)]
         if len(out) < k:
             taken = {_canon(c) for _, c in out} | {_canon(choice)}
             near = sorted((distance(c, choice), rng.random(), key) for key, c in self.recorded.items()
                           if key not in taken)
             out += [("jump", self.recorded[key]) for _, _, key in near[: k - len(out)]]
         return out
+
+    def config_alternatives(self, choice: Choice, gid: str):
+        """Recorded points with the same fusion pattern and a different configuration of group `gid` (other groups
+        may differ too: the measured points rarely share all but one group's configuration)."""
+        mine = dict(choice.configs).get(gid)
+        for c in self.recorded.values():  # dataset order: deterministic
+            other = dict(c.configs).get(gid)
+            if c.fuse == choice.fuse and other is not None and other != mine:
+                yield c
+
+    def fusion_alternatives(self, choice: Choice):
+        """Recorded points with another fusion pattern."""
+        for c in self.recorded.values():
+            if c.fuse != choice.fuse:
+                yield c
 
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:
         child = super().crossover(a, b, rng)

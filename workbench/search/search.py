@@ -14,6 +14,13 @@ memory as a failed "llm" attempt (stage "propose", with the reason) and emitted 
 whose proposals all failed is still a step (no nodes, not "space exhausted"), and only `max_failed_steps` such steps
 in a row stop the search ("llm proposals failing").
 
+Findings: with `findings="static"`, every evaluated node is read by the profiler's expert tools at no GPU cost (the
+static reading of its compile record and the roofline verdict from its measured time; `diagnosis.py`), the findings
+are kept on the node, in its event and in the memory, and the offline proposer's moves from that node follow them for
+about `guided_share` of its children, from findings of at least `guided_min_severity` (default "warning": an
+"info" finding is one its tool judges harmless; `proposers/guided.py`). `findings="ncu"` adds Nsight Compute counters
+on a live GPU, charged to the budget.
+
 Resume: a search with a `search_id` and a store appends its events there; a new `Search` with the same id and
 configuration replays them to rebuild the tree and the memory, and the ladder answers stored evaluations from the
 store, so nothing measured is measured again.
@@ -24,6 +31,7 @@ import dataclasses
 import json
 import random
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from ..harness.budget import Budget
@@ -32,6 +40,7 @@ from ..problems.problem import Problem
 from ..candidate import Candidate
 from ..proposers.offline import Choice, OfflineProposer
 from . import strategies
+from .diagnosis import NodeDiagnosis
 from .memory import Attempt, SearchMemory
 from .tree import Node, Tree
 
@@ -49,7 +58,9 @@ class Search:
     def __init__(self, problem: Problem, device, strategy: str | strategies.Strategy = "greedy",
                  proposer: OfflineProposer | None = None, budget: Budget | None = None, store=None, seed: int = 0,
                  per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None,
-                 llm_moves=None, max_failed_steps: int = 3, surrogate=None, screen=None, overgenerate: int = 3):
+                 llm_moves=None, max_failed_steps: int = 3, surrogate=None, screen=None, overgenerate: int = 3,
+                 findings: str | None = None, guided_share: float | None = None,
+                 guided_min_severity: str | None = None, counters=None):
         self.problem = problem
         self.device = device
         self.proposer = proposer or OfflineProposer(problem)
@@ -75,6 +86,11 @@ class Search:
         if (surrogate is None) != (screen is None):
             raise ValueError("screening needs both a surrogate and a selective policy (screen)")
         self.surrogate, self.screen, self.overgenerate = surrogate, screen, max(1, overgenerate)
+        # findings: None (none read), "static" (compile records + roofline, no GPU time) or "ncu" (counters too)
+        self.diagnosis = NodeDiagnosis(problem, device, findings, counters) if findings is not None else None
+        if guided_share is not None and not 0.0 <= guided_share <= 1.0:
+            raise ValueError(f"guided_share must be within [0, 1], got {guided_share}")
+        self.guided_share, self.guided_min_severity = guided_share, guided_min_severity
         self.search_id = search_id
         if search_id and store is not None:
             self._resume(store.search_events(search_id))
@@ -124,7 +140,8 @@ class Search:
         if self.llm_moves is not None:
             return self.llm_moves.moves(parent.payload, self.rng, k=k, memory=self.memory,
                                         measurements=self.summaries.get(parent.nid))
-        return self.proposer.moves(parent.choice, self.rng, k=3 * k, memory=self.memory)
+        return self.proposer.moves(parent.choice, self.rng, k=3 * k, memory=self.memory, findings=parent.findings,
+                                   guided_share=self.guided_share, min_severity=self.guided_min_severity)
 
     def _record_failed_proposals(self) -> int:
         """Unusable LLM replies of this step: failed "llm" attempts in the memory, and events (no nodes)."""
@@ -192,6 +209,8 @@ class Search:
         summary = {k: v for k, v in ev.summary().items() if k != "stages"}
         self.summaries[node.nid] = summary
         self._apply(node, ev.summary())
+        if self.diagnosis is not None:
+            self._diagnose(node, cand, ev)
         parent_speedup = self.tree.nodes[parent].speedup if parent is not None else None
         self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
                                    move, node.status, node.stage, node.speedup, node.reason), parent_speedup)
@@ -201,8 +220,17 @@ class Search:
                     **({"source": cand.source, "origin": dict(cand.origin)} if choice is None else {}),
                     "candidate": cand.hash, "summary": summary, "forecast": forecast,
                     "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
+                    **({"findings": node.findings} if node.findings is not None else {}),
                     "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
         return node
+
+    def _diagnose(self, node: Node, cand: Candidate, ev) -> None:
+        """The node's findings (counters only for a measured node, in "ncu" mode), on the node and in the memory."""
+        metrics, note = self.diagnosis.collect(self.budget, cand) if node.status == "measured" else (None, None)
+        node.findings = [f.to_dict() for f in self.diagnosis.findings(ev, metrics)]
+        self.memory.add_findings([{**f, "candidate": cand.hash, "nid": node.nid} for f in node.findings])
+        if note:
+            self._emit({"type": "profile_note", "nid": node.nid, "note": note})
 
     @staticmethod
     def _status(summary: dict[str, Any], last: dict[str, Any] | None) -> str:
@@ -250,6 +278,10 @@ class Search:
                     self.memory.record(Attempt(node.candidate, None, node.move, "skipped", "", None, node.reason))
                     continue
                 self._apply(node, e["summary"], e["last_stage"])
+                if e.get("findings") is not None:
+                    node.findings = e["findings"]
+                    self.memory.add_findings([{**f, "candidate": node.candidate, "nid": node.nid}
+                                              for f in node.findings])
                 parent_speedup = self.tree.nodes[e["parent"]].speedup if e["parent"] is not None else None
                 self.memory.record(Attempt(node.candidate, None, node.move, node.status, node.stage, node.speedup,
                                            node.reason), parent_speedup)
@@ -287,7 +319,9 @@ class Search:
                 "candidates": len(nodes), "by_status": {s: sum(n.status == s for n in nodes)
                                                         for s in sorted({n.status for n in nodes})},
                 "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes),
-                "surrogate": type(self.surrogate).__name__ if self.surrogate is not None else None}
+                "surrogate": type(self.surrogate).__name__ if self.surrogate is not None else None,
+                "findings": self.diagnosis.mode if self.diagnosis is not None else None,
+                "findings_by_tool": dict(Counter(f["tool"] for n in nodes for f in n.findings or []))}
 
 
 def make_search(problem: Problem, device, proposer: str = "offline", llm_client=None, **search_kwargs) -> Search:

@@ -31,6 +31,7 @@ class Node:
     dead: bool = False
     forecast: dict[str, Any] | None = None  # the surrogate's forecast when the search screens (kept for calibration)
     source: str | None = None  # an LLM-written candidate's module (choice is None then)
+    findings: list[dict[str, Any]] | None = None  # profiler findings about it (Finding dicts), when the search reads them
 
     @property
     def payload(self) -> Any:
