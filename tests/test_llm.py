@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ try:  # the SDK's own HTTP library: httpx2 in anthropic 2.x, httpx before
 except ImportError:
     import httpx
 
-from workbench.candidate import Candidate
+from workbench.candidate import Candidate, content_hash
 from workbench.harness.records import FAIL, PASS, STAGES, Evaluation, StageRecord
 from workbench.harness.static import check_static
 from workbench.llm import (BINS, CallRecorder, Forecast, LLMClient, LLMConfig, LLMProposer, LLMSurrogate,
@@ -26,9 +27,12 @@ from workbench.llm import rewards
 from workbench.llm.client import NO_KEY
 from workbench.llm.forecast import FAILS, bin_index, outcome_index
 from workbench.llm.proposer import INSTRUCTIONS
+from workbench.llm.surrogate import COMPILE_ANCHOR, forecast_prompts
+from workbench.llm.surrogate import INSTRUCTIONS as FORECAST_INSTRUCTIONS
 from workbench.llm.retrieval import rank_families
 from workbench.problems import Problem
 from workbench.store import Store
+from workbench.surrogates.forecast import Surrogate, forecasts_for
 
 RECORDINGS = Path(__file__).parent / "llm_recordings"
 
@@ -60,6 +64,29 @@ class RecordedAnthropic:
         self.script = list(script)
         self.requests: list[dict] = []
         self.messages = _Messages(self)
+
+
+class _ByCandidate(_Messages):
+    def create(self, **kwargs):
+        self.owner.requests.append(kwargs)
+        source = CANDIDATE_RE.search(kwargs["messages"][0]["content"]).group(1)
+        name = self.owner.replies.get(content_hash(source))
+        if name is None:
+            raise AssertionError(f"ReplyByCandidate: no reply for candidate {content_hash(source)}")
+        return anthropic.types.Message.model_validate(recording(name))
+
+
+class ReplyByCandidate:
+    """Forecast replies chosen by the candidate in the request (content hash -> recording name), not by call order:
+    parallel calls get the same answers whatever order they arrive in."""
+
+    def __init__(self, replies: dict[str, str]):
+        self.replies = dict(replies)
+        self.requests: list[dict] = []
+        self.messages = _ByCandidate(self)
+
+
+CANDIDATE_RE = re.compile(r"^## Candidate\n```python\n(.*)\n```\n\nForecast its outcome", re.DOTALL)
 
 
 def rate_limit() -> Exception:
@@ -197,6 +224,68 @@ def test_surrogate_repeats_average_and_unparsable(problem):
     assert not bad.parsed and bad.confidence == 0 and bad.entropy_confidence == 0
     assert bad.probs == pytest.approx([1 / 9] * 9) and "expected 9 probabilities" in bad.failure
     assert recorder.calls()[0]["reply"].startswith("I cannot tell")
+
+
+def test_surrogate_request_shape(problem):
+    """The exact keyword arguments one forecast sends to `messages.create`."""
+    client = make_client("surrogate_fast", model="claude-sonnet-4-5", temperature=0.7, max_tokens=8192)
+    cand = Candidate((RECORDINGS.parent.parent / "workbench/examples/scale_shift_relu_triton.py").read_text())
+    [f] = LLMSurrogate(client).forecast(problem, [cand])
+    [request] = client.client.requests
+    stable = (f"{FORECAST_INSTRUCTIONS}\n\n## Reference problem\n```python\n{problem.source.strip()}\n```\n\n"
+              f"## Anchor (eager)\n```python\n{problem.source.strip()}\n```")
+    assert request == {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 8192,
+        "temperature": 0.7,
+        "system": [{"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": f"## Candidate\n```python\n{cand.source.strip()}\n```\n\n"
+                                                 "Forecast its outcome as the JSON object."}],
+    }
+    assert f.parsed and f.most_likely == "[1,2)" and f.probs[6] == pytest.approx(0.45)
+    assert f.call_ids and f.reasoning.startswith("One fused multiply-add")
+
+
+def test_surrogate_protocol_keeps_order_under_concurrency(problem):
+    """forecast(problem, candidates) answers one Forecast per candidate in their order, calls in parallel."""
+    cands = [Candidate(f"class ModelNew:  # variant {i}\n    pass\n") for i in range(6)]
+    names = ["surrogate_fast", "surrogate_slow", "surrogate_fails", "forecast_bad", "surrogate_slow", "surrogate_fast"]
+    sdk = ReplyByCandidate({c.hash: n for c, n in zip(cands, names)})
+    client = LLMClient(LLMConfig(concurrency=4), client=sdk)
+    surrogate = LLMSurrogate(client)
+    assert isinstance(surrogate, Surrogate)
+    out = forecasts_for(surrogate, problem, cands)
+    assert [f.most_likely if f.parsed else None for f in out] == \
+        ["[1,2)", "[-1,-0.5)", "fails", None, "[-1,-0.5)", "[1,2)"]
+    assert out[2].p_fail == pytest.approx(0.7) and out[3].confidence == 0 and "expected 9" in out[3].failure
+    assert client.calls == 6 and len({f.call_ids[0] for f in out}) == 6
+    assert len({r["system"][0]["text"] for r in sdk.requests}) == 1  # one cached prefix for the whole batch
+    assert surrogate.forecast(problem, []) == []
+
+    # repeats: each candidate asked twice, averaged; the sources may be plain text too
+    sdk = ReplyByCandidate({cands[0].hash: "surrogate_fast", cands[1].hash: "surrogate_slow"})
+    two = LLMSurrogate(LLMClient(LLMConfig(concurrency=3), client=sdk), repeats=2).forecast(
+        problem, [cands[0].source, cands[1]])
+    assert len(sdk.requests) == 4 and [len(f.call_ids) for f in two] == [2, 2]
+    assert two[0].probs == pytest.approx(out[0].probs) and two[1].probs == pytest.approx(out[1].probs)
+
+
+def test_surrogate_anchors_and_bad_calls(problem):
+    client = make_client("surrogate_slow")
+    [f] = LLMSurrogate(client).forecast(problem, [Candidate("class ModelNew: pass\n")], anchor="compile")
+    system = client.client.requests[0]["system"][0]["text"]
+    assert f.parsed and f"## Anchor (compile)\n```python\n{COMPILE_ANCHOR}\n```" in system
+    assert system == forecast_prompts(problem.source, "compile", COMPILE_ANCHOR, "x")[0]
+    surrogate = LLMSurrogate(make_client())
+    with pytest.raises(ValueError, match="anchor must be one of"):
+        surrogate.forecast(problem, [Candidate("class ModelNew: pass\n")], anchor="cublas")
+    with pytest.raises(TypeError, match="forecast_one"):
+        surrogate.forecast(problem, None, "class ModelNew: pass")  # the old one-source signature
+    with pytest.raises(TypeError, match="Candidate or its source"):
+        surrogate.forecast(problem, [42])
+    with pytest.raises(ValueError, match="repeats"):
+        LLMSurrogate(make_client(), repeats=0)
+    assert not surrogate.client.client.requests  # nothing was sent for bad input
 
 
 def test_forecast_bins():

@@ -155,3 +155,85 @@ def test_make_search_flavours(problem, offline, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(LLMUnavailable):
         make_search(problem, RecordingGPU(), proposer="llm", offline=offline)
+
+
+# ---- both LLM parts: the proposer writes children, the surrogate screens them ----
+def test_llm_proposer_and_llm_surrogate_screen_together(tmp_path, problem, offline):
+    """One client for both (concurrency 1: replies in a fixed order). Step 2 over-generates 3 LLM children for one
+    GPU slot; the LLM surrogate forecasts each, the policy measures the most promising and skips the rest, and the
+    skipped ones are stored with their forecasts (and come back with them on resume)."""
+    from workbench.llm import LLMSurrogate
+    from workbench.llm.surrogate import forecast_prompts
+    from workbench.surrogates import SelectivePolicy
+
+    store = Store(tmp_path / "s.sqlite")
+    client = make_client("search_llm_block1024", "search_llm_fma_where", "proposer_ok",  # the proposer's 3 calls
+                         "surrogate_slow", "surrogate_fast", "surrogate_fails",  # one forecast per child, in order
+                         concurrency=1)
+    s = make_search(problem, RecordingGPU(), proposer="llm", llm_client=client, offline=offline, store=store,
+                    search_id="both", per_step=1, overgenerate=3, surrogate=LLMSurrogate(client),
+                    screen=SelectivePolicy(tau=1.01, explore=0.0))
+    s.step()
+    assert s.tree.root.status == "measured" and not client.client.requests  # the root: no LLM, no screening
+    report = s.step()
+    requests = client.client.requests
+    assert len(requests) == 6 and client.calls == 6
+
+    block, fma, bad = (s.tree.nodes[i] for i in (1, 2, 3))
+    assert "BLOCK=1024" in block.source and "tl.fma" in fma.source and bad.move == "llm"
+    # the forecast requests: the surrogate's own prompt on each child's source, one cached prefix
+    for request, node in zip(requests[3:], (block, fma, bad)):
+        stable, user = forecast_prompts(problem.source, "eager", problem.source, node.source)
+        assert request == client.request(stable, user)
+    # screening used them: the fast forecast got the one slot, the slow and failing ones were skipped
+    assert fma.status == "measured" and fma.forecast["decision"] == "defer"
+    assert fma.forecast["probs"][6] == pytest.approx(0.45) and report.nodes[1]["status"] == "measured"
+    assert block.status == bad.status == "skipped"
+    assert block.forecast["probs"][2] == pytest.approx(0.45) and bad.forecast["probs"][8] == pytest.approx(0.7)
+    assert "skipped by the surrogate" in block.reason and block.speedup is None
+    skipped = [e for e in s.events if e.get("skipped")]
+    assert [e["nid"] for e in skipped] == [1, 3] and skipped[0]["source"] == block.source
+    assert skipped[1]["forecast"]["probs"] == bad.forecast["probs"]
+    assert s.report()["skipped_by_surrogate"] == 2 and s.report()["surrogate"] == "LLMSurrogate"
+    assert [a.outcome for a in s.memory.attempts][-3:] == ["skipped", "measured", "skipped"]
+
+    again = make_search(problem, RecordingGPU(), proposer="llm", llm_client=make_client(concurrency=1),
+                        offline=offline, store=store, search_id="both", per_step=1, overgenerate=3,
+                        surrogate=LLMSurrogate(make_client()), screen=SelectivePolicy(tau=1.01, explore=0.0))
+    assert [n.status for n in again.tree.nodes.values()] == ["measured", "skipped", "measured", "skipped"]
+    assert again.tree.nodes[3].forecast == bad.forecast and again.tree.nodes[1].source == block.source
+    store.close()
+
+
+def test_cli_search_with_llm_proposer_and_surrogate(monkeypatch, capsys):
+    """`workbench search --proposer llm --surrogate llm` on replay, the recorded client injected where the command
+    builds its client: the root is a recorded measurement, the LLM's children are forecast and screened (replay
+    answers "not measured" for sources it never saw), and the report counts the calls."""
+    import json
+
+    from workbench import cli
+
+    client = make_client("search_llm_block1024", "search_llm_fma_where", "proposer_ok",
+                         "surrogate_slow", "surrogate_fast", "surrogate_fails", concurrency=1)
+    built = []
+    monkeypatch.setattr(cli, "_llm_client", lambda store=None, model=None: built.append((store, model)) or client)
+    rc = cli.main(["search", "scale_shift_relu", "--device", "replay", "--proposer", "llm", "--surrogate", "llm",
+                   "--steps", "2", "--per-step", "1", "--no-store", "--json", "--llm-model", "claude-test"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert built == [(None, "claude-test")]  # one client for both parts
+    assert report["proposer"] == "llm" and report["surrogate"] == "LLMSurrogate"
+    assert report["candidates"] == 4 and report["skipped_by_surrogate"] == 2
+    assert report["llm"]["calls"] == 6 and report["llm"]["cost_usd"] > 0
+    assert report["replay"]["answered"] >= 1
+    user = client.client.requests[4]["messages"][0]["content"]
+    assert "tl.fma" in user and "## Candidate" in user
+
+
+def test_cli_llm_surrogate_without_key(monkeypatch, capsys):
+    from workbench import cli
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    rc = cli.main(["search", "scale_shift_relu", "--device", "replay", "--surrogate", "llm", "--steps", "1",
+                   "--no-store"])
+    assert rc == 2 and "no ANTHROPIC_API_KEY in the environment" in capsys.readouterr().err
