@@ -1,6 +1,6 @@
 """Findings-guided vs unguided offline moves at equal GPU budget, on replayed H200 measurements (issue 6, item 7).
 
-    python experiments/guided_replay.py [--problems P ...] [--seeds 5] [--strategies greedy mcts]
+    python experiments/guided_replay.py [--problems P ...] [--seeds 10] [--strategies greedy mcts]
                                         [--budget-fraction 0.15] [--share 0.5] [--out results/profiles]
 
 Every search walks the measured part of a problem's space (`RecordedProposer`) on the replay device, so every GPU
@@ -232,7 +232,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problems", nargs="*", default=None)
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--strategies", nargs="+", default=["greedy", "mcts"])
     ap.add_argument("--budget-fraction", type=float, default=0.15)
     ap.add_argument("--share", type=float, default=0.5, help="share of a parent's moves that follow its findings")
