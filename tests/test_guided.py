@@ -260,3 +260,14 @@ def test_counters_feed_the_tools_and_are_charged_as_profiling(replay):
     assert seen == [n.candidate for n in measured] and s.budget.spent["profile"] > 0
     assert all(any(f["tool"] == "bank_conflicts" and f["move"] == "swizzle_shared" for f in n.findings)
                for n in measured)
+
+
+def test_make_search_passes_the_findings_option(replay):
+    from workbench.search.search import make_search
+
+    problem, device = replay
+    s = make_search(problem, device, offline=RecordedProposer.from_dataset(problem), findings="static",
+                    guided_share=0.25, budget=Budget(gpu_seconds=1.0))
+    s.run(steps=2)
+    assert s.diagnosis.mode == "static" and s.guided_share == 0.25
+    assert s.tree.root.findings is not None

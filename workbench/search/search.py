@@ -332,7 +332,8 @@ def make_search(problem: Problem, device, proposer: str = "offline", llm_client=
     e.g. a recorded test double), wrapped in an `LLMClient`; None builds an `LLMClient` from the environment, which
     raises `workbench.llm.LLMUnavailable` without `ANTHROPIC_API_KEY` (the caller may fall back to "offline"). Calls
     are recorded next to the search's store (`llm_calls`) when a store is given and the client was built here.
-    `search_kwargs` go to `Search` (strategy, budget, store, seed, per_step, policy, search_id, ...); `offline=` passes
+    `search_kwargs` go to `Search` (strategy, budget, store, seed, per_step, policy, search_id, findings="static" for
+    findings-guided moves at no GPU cost, guided_share, ...); `offline=` passes
     an existing `OfflineProposer`, `llm_config=` an `LLMConfig` for a client built here.
     """
     offline = search_kwargs.pop("offline", None) or OfflineProposer(problem)
