@@ -36,7 +36,7 @@ if [ "$step" = bench ]; then
   for g in 0 1; do
     if [ $g = 0 ]; then set -- "${half[@]}"; else set -- "${other[@]}"; fi
     timeout "${BENCH_S:-540}" python3 experiments/bench_suite.py "$@" --candidates "${FRESH:-2}" --from-dataset 3 \
-      --gpu-minutes 10 --compile-workers 6 --gpu $g --out "$OUT/suite$g" > "$OUT/bench$g.log" 2>&1 &
+      --gpu-minutes 10 --compile-workers 6 --compile-modes "${MODES:-default,max-autotune}" --gpu $g --out "$OUT/suite$g" > "$OUT/bench$g.log" 2>&1 &
   done
   wait
   tail -3 "$OUT/bench0.log" "$OUT/bench1.log"
