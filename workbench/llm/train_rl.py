@@ -1,8 +1,8 @@
 """Fine-tuning a local causal LM as a runtime forecaster with GRPO (TRL), rewarded by calibration scores.
 
 Needs the `[rl]` extra (trl, transformers, accelerate, datasets; verified with trl 1.16.0, transformers 5.24.0,
-accelerate 1.15.0, datasets 5.2.0 on torch 2.13.0, CPU and CUDA). `workbench llm train-rl --model DIR --data
-pairs.jsonl --out DIR` is the command line; `train(...)` the same from Python.
+accelerate 1.15.0, datasets 5.2.0 on torch 2.13.0 CPU; not yet run on a GPU). `workbench llm train-rl --model DIR
+--data pairs.jsonl --out DIR` is the command line; `train(...)` the same from Python.
 
 Data: the chat-format JSONL of `workbench llm export` (`rewards.export_pairs`). Each line's system and user messages
 are the prompt, exactly the LLM surrogate's; the assistant message is the measured outcome as JSON, which becomes the
