@@ -124,22 +124,25 @@ def bench_problem(device, name: str, n: int, gpu_minutes: float, seed: int, comp
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| problem | best ms | eager ms | compile ms | max-autotune ms | max-autotune no-CG ms | vs eager | "
-           "vs compile | vs max-autotune | vs max-autotune no-CG | % of floor | bound | coverage (bytes) | "
-           "search GPU-min | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: (f % v) if isinstance(v, (int, float)) else "-"  # noqa: E731
+    no_cg = any(r.get("max_autotune_no_cg_ms") for r in rows)  # the column only when that mode was timed
+    head = ["problem", "best ms", "eager ms", "compile ms", "max-autotune ms"] + (["max-autotune no-CG ms"] if no_cg
+                                                                                 else []) + \
+        ["vs eager", "vs compile", "vs max-autotune"] + (["vs max-autotune no-CG"] if no_cg else []) + \
+        ["% of floor", "bound", "coverage (bytes)", "search GPU-min", "status"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: r["problem"]):
         search_min = ((r.get("dataset_gpu_s") or 0) + (r.get("gpu_s") or 0)) / 60 if r.get("gpu_s") else None
-        out.append(f"| {r['problem']} | {fmt(r.get('candidate_ms'), '%.4g')} | {fmt(r.get('eager_ms'), '%.4g')} | "
-                   f"{fmt(r.get('compile_ms'), '%.4g')} | {fmt(r.get('max_autotune_ms'), '%.4g')} | "
-                   f"{fmt(r.get('max_autotune_no_cg_ms'), '%.4g')} | "
-                   f"{fmt(r.get('speedup_vs_eager'), '%.2fx')} | {fmt(r.get('speedup_vs_compile'), '%.2fx')} | "
-                   f"{fmt(r.get('speedup_vs_max_autotune'), '%.2fx')} | "
-                   f"{fmt(r.get('speedup_vs_max_autotune_no_cg'), '%.2fx')} | "
-                   f"{fmt(100 * r['pct_of_floor'] if r.get('pct_of_floor') else None, '%.0f%%')} | "
-                   f"{r.get('bound', '-')} | "
-                   f"{fmt(100 * r['coverage_bytes'] if 'coverage_bytes' in r else None, '%.0f%%')} | "
-                   f"{fmt(search_min, '%.1f')} | {r.get('status', '')[:80]} |")
+        cells = [r["problem"], fmt(r.get("candidate_ms"), "%.4g"), fmt(r.get("eager_ms"), "%.4g"),
+                 fmt(r.get("compile_ms"), "%.4g"), fmt(r.get("max_autotune_ms"), "%.4g")]
+        cells += [fmt(r.get("max_autotune_no_cg_ms"), "%.4g")] if no_cg else []
+        cells += [fmt(r.get("speedup_vs_eager"), "%.2fx"), fmt(r.get("speedup_vs_compile"), "%.2fx"),
+                  fmt(r.get("speedup_vs_max_autotune"), "%.2fx")]
+        cells += [fmt(r.get("speedup_vs_max_autotune_no_cg"), "%.2fx")] if no_cg else []
+        cells += [fmt(100 * r["pct_of_floor"] if r.get("pct_of_floor") else None, "%.0f%%"), r.get("bound") or "-",
+                  fmt(100 * r["coverage_bytes"] if "coverage_bytes" in r else None, "%.0f%%"),
+                  fmt(search_min, "%.1f"), r.get("status", "")[:80]]
+        out.append("| " + " | ".join(cells) + " |")
     ok = [r for r in rows if r.get("status") == "ok"]
 
     def geo(key):
@@ -149,8 +152,10 @@ def table(rows: list[dict]) -> str:
     out.append("")
     out.append(f"{len(ok)} of {len(rows)} problems measured; geo-mean speedup vs eager {geo('speedup_vs_eager'):.3f}x, "
                f"vs torch.compile {geo('speedup_vs_compile'):.3f}x, vs max-autotune "
-               f"{geo('speedup_vs_max_autotune'):.3f}x, vs max-autotune without CUDA graphs "
-               f"{geo('speedup_vs_max_autotune_no_cg'):.3f}x.")
+               f"{geo('speedup_vs_max_autotune'):.3f}x" + (f", vs max-autotune without CUDA graphs "
+                                                            f"{geo('speedup_vs_max_autotune_no_cg'):.3f}x" if
+                                                            any(r.get("max_autotune_no_cg_ms") for r in ok) else "")
+               + ".")
     mem = [r for r in ok if r.get("pct_of_floor") and r.get("bound") == "memory"]
     if mem:
         reached = sorted(r["pct_of_floor"] for r in mem)

@@ -6,7 +6,7 @@
 # confirm: the screening headline on the H200 (search_h200.py), then GPU tests on GPU 0 and the suite's profiles
 #          (ncu) on GPU 1.
 set -u
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 step=${1:?dataset, bench or confirm}
@@ -52,6 +52,7 @@ if [ "$step" = confirm ]; then
   done
   tar czf "$OUT/h200.tgz" -C /tmp h200
   tail -8 "$OUT/confirm.log"
+  [ "${CONFIRM_ONLY:-0}" = 1 ] && exit 0
   timeout "${TESTS_S:-240}" python3 -m pytest -m gpu tests/test_gpu.py tests/test_gpu_profiling.py \
     tests/test_kernels_gemm.py tests/test_kernels_reduce.py -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1 &
   CUDA_VISIBLE_DEVICES=1 timeout "${PROFILE_S:-240}" python3 experiments/profile_suite.py --gpu 0 \

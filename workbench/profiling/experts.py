@@ -69,7 +69,8 @@ def coalescing(m: dict, k: dict, ctx: Context = Context()) -> list[Finding]:
     sectors = _num(m, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
     requests = _num(m, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
     loads = k.get("access", {}).get("global_loads") or {}
-    width = max(loads, key=loads.get) if loads else 32  # the most common access width, in bits
+    # the most common access width, in bits (keys are strings once a reading has been through JSON: the store)
+    width = int(max(loads, key=loads.get)) if loads else 32
     ideal = width * 32 / 8 / 32  # sectors a fully coalesced warp-wide access touches
     per_req = sectors / requests if sectors and requests else None
     if pct is not None and pct < 60 or pct is None and per_req is not None and per_req > 2 * ideal:
