@@ -99,7 +99,7 @@ def test_notebook_02_surrogate_calibration(tmp_path, monkeypatch):
     assert "ece" in r["text"] and "aurc" in r["text"]  # the metrics table
     titles = [f["layout"]["title"]["text"] for f in r["figures"]]
     assert len(titles) == 3 and titles[0].startswith("reliability") and titles[1].startswith("risk-coverage")
-    assert titles[2].startswith("budget recall over 31 problems")
+    assert titles[2].startswith("budget recall over 33 problems")
     rel = r["figures"][0]
     assert [t["name"].split(" ")[0] for t in rel["data"]] == ["calibrated", "learned", "roofline", "prior", "oracle"]
     assert rel["data"][4]["name"] == "oracle (ECE 0.000)"  # the measurements themselves are calibrated
@@ -123,9 +123,9 @@ def test_notebook_03_sweep_report(replay_sweep, tmp_path, monkeypatch):
 def test_notebook_04_suite_benchmark(tmp_path, monkeypatch):
     _needs_papermill()
     r = _execute("04_suite_benchmark", tmp_path, {"sort_by": "problem"}, monkeypatch)
-    assert "28 problems with a full timing" in r["text"] and "1.56x vs eager" in r["text"]
+    assert "31 problems with a full timing" in r["text"] and "1.48x vs eager" in r["text"]
     bars, scatter = r["figures"]
-    assert [t["type"] for t in bars["data"]] == ["bar", "bar"] and len(bars["data"][0]["x"]) == 28
+    assert [t["type"] for t in bars["data"]] == ["bar", "bar"] and len(bars["data"][0]["x"]) == 31
     assert bars["data"][0]["x"][:2] == ["attention", "bias_gelu_residual"]  # sorted by problem
     assert [t["name"] for t in scatter["data"]] == ["best candidate", "torch.compile", "eager"]
 
