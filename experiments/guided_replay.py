@@ -238,12 +238,19 @@ def reading(s: dict) -> list[str]:
                        f"(geo-mean over {r['pairs']} pairs), {r['wins']} wins / {r['ties']} ties / {r['losses']} "
                        f"losses (sign test p = {_f(r['sign_test_p'], '{:.3g}')}); {r['guided_moves_taken']} guided "
                        f"moves in {r['searches_with_a_guided_move']} of {r['pairs']} searches.")
+    fuse_fired = sorted(p for p, v in s["pool_firing"].items() if {"fuse_epilogue", "fuse_kernels"} &
+                        set(v["moves_warning"]))
+    no_point = [p for p in fuse_fired if not s["pool_firing"][p].get("fusion_points")]
+    fuse_taken = sum(v["tried"] for res in s["strategies"].values() for arm in ARM_TEXT
+                     for k, v in res[arm]["moves"].items() if k in ("fuse_epilogue", "fuse_kernels"))
     out += ["- Ties dominate because a node gets guided moves only when its own findings name a move this space "
             "can make; greedy expands the best node, and the best node rarely draws a warning (a Hopper GEMM's "
             "low occupancy is by design and reported as info).",
-            "- fuse_kernels / fuse_epilogue fire where the problem has no fusion point the proposer can flip "
-            "(conv_net, residual_layernorm, linear_softmax have none), and use_tensor_cores has no knob in the GEMM "
-            "family: those findings fall back to plain moves.",
+            f"- The fusion tool (fuse_kernels / fuse_epilogue) fires on every candidate with several kernels: on "
+            f"{', '.join(fuse_fired)}; {', '.join(no_point) or 'none'} of these have no fusion point the proposer "
+            "can flip, and elsewhere the searched points were mostly fused already (a fused GEMM chain still launches "
+            f"one kernel per GEMM), so {fuse_taken} fuse moves were taken. use_tensor_cores has no knob in the GEMM "
+            "family (its precision is the problem's). Such findings fall back to plain moves.",
             "- A move's improved share compares a child with its parent, and guided moves start from parents with "
             "findings (often weak points such as mma-path GEMM tiles), so a higher share there is not by itself "
             "evidence that guidance finds better kernels; the final-best columns are the comparison at equal "
@@ -266,11 +273,20 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.5, help="share of a parent's moves that follow its findings")
     ap.add_argument("--min-points", type=int, default=40, help="skip problems with fewer measured points")
     ap.add_argument("--out", default=str(ROOT / "results" / "profiles"))
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from <out>/guided_replay.json")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df = load("candidates")
     df = df[df["regenerates"]]
+    if args.report_only:
+        summary = json.loads((out / "guided_replay.json").read_text())
+        for name, v in summary["pool_firing"].items():  # written before the pool's fusion points were kept
+            v.setdefault("fusion_points", int(df.loc[df["problem"] == name, "fusion_points"].max()))
+        (out / "guided_replay.json").write_text(json.dumps(summary, indent=1, default=str))
+        (out / "guided_replay.md").write_text(report(summary))
+        print(report(summary))
+        return
     counts = df.groupby("problem")["candidate"].count()
     timed = df[df["outcome"] == "ok"].groupby("problem")["candidate"].count()
     names = args.problems or sorted(p for p in counts.index if counts[p] >= args.min_points and timed.get(p, 0) >= 2)
@@ -291,7 +307,8 @@ def main() -> None:
                 fired.update({f.tool for f in fs})
                 moves["info"].update(f.move for f in fs if f.move)
                 moves["warning"].update(f.move for f in fs if f.move and f.rank >= 1)
-            pool[name] = {"pool": len(sub), "fired": dict(fired), **{f"moves_{k}": dict(v) for k, v in moves.items()}}
+            pool[name] = {"pool": len(sub), "fired": dict(fired), "fusion_points": int(sub["fusion_points"].max()),
+                          **{f"moves_{k}": dict(v) for k, v in moves.items()}}
             for seed in range(args.seeds):
                 res = {}
                 for strat in args.strategies:
