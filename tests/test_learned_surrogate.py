@@ -230,3 +230,67 @@ def test_tau_comes_from_the_held_out_risk_coverage_curve(model):
     accepted = v["confidence"] >= loose
     if accepted.any():  # what tau accepts meets the risk it was chosen for
         assert v["wrong"][accepted].mean() <= 0.6 + 1e-9
+
+
+# ---- learning from a search's measurements (observe) ----
+
+def test_offset_variances_by_hand():
+    from workbench.surrogates.learned import offset_variances
+
+    # three problems with residual means -1, 0, 1 and within-problem values +-0.5 around them (var 0.25 * 2 / 1)
+    res = [-1.5, -0.5, -0.5, 0.5, 0.5, 1.5]
+    groups = ["a", "a", "b", "b", "c", "c"]
+    tau2, within2 = offset_variances(res, groups)
+    assert within2 == pytest.approx(0.5)  # each pair's sample variance: (0.5^2 + 0.5^2) / 1
+    assert tau2 == pytest.approx(1.0 - 0.5 / 2)  # var of the means (1.0) less within / n
+    assert offset_variances(res[:4], groups[:4]) is None  # fewer than 3 problems: no prior
+
+
+def test_observe_shifts_a_new_problems_forecasts_and_nothing_else(table):
+    held = sorted(table["problem_key"].unique())[0]
+    m = small().fit(table[table["problem_key"] != held])
+    assert m.offset_prior is not None and "observed" in m.sigma_ab
+    tau2, within2 = m.offset_prior
+    new, other = table[table["problem_key"] == held], table[table["problem_key"] != held].head(20)
+    before_new, before_other = m.predict_frame(new), m.predict_frame(other)
+    timed = new[~new["failed"]]
+    seen = timed.head(3)
+    m.observe(seen, seen["log2_speedup"].to_numpy())
+    m.observe(other.head(2), other.head(2)["log2_speedup"].to_numpy())  # training problems: ignored
+    after_new, after_other = m.predict_frame(new), m.predict_frame(other)
+    res = seen["log2_speedup"].to_numpy() - before_new.loc[seen.index, "mu"].to_numpy()
+    shift = 3 * tau2 / (3 * tau2 + within2) * res.mean()
+    assert np.allclose(after_new["mu"] - before_new["mu"], shift)  # the shrunken mean residual, on every row
+    assert np.allclose(after_new["score"], before_new["score"])  # the order within the problem is unchanged
+    assert not np.allclose(after_new["sigma"], before_new["sigma"])
+    pd.testing.assert_frame_equal(after_other, before_other)
+    # a sharper forecast that knows the offset: its mean error on the unseen rows shrinks
+    rest = timed.drop(seen.index)
+    err = lambda p: float(np.abs(p.loc[rest.index, "mu"] - rest["log2_speedup"]).mean())  # noqa: E731
+    if abs(res.mean()) > 0.2:
+        assert err(after_new) < err(before_new)
+    m.forget(held)
+    pd.testing.assert_frame_equal(m.predict_frame(new), before_new)
+    with pytest.raises(ValueError, match="measurements for"):
+        m.observe(seen, [0.0])
+
+
+def test_observed_state_is_not_saved(table, tmp_path):
+    held = sorted(table["problem_key"].unique())[0]
+    m = small().fit(table[table["problem_key"] != held])
+    new = table[(table["problem_key"] == held) & ~table["failed"]].head(2)
+    m.observe(new, new["log2_speedup"].to_numpy() + 1.0)
+    loaded = LearnedSurrogate.load(m.save(tmp_path / "m.pkl"))
+    m.forget()
+    pd.testing.assert_frame_equal(loaded.predict_frame(new), m.predict_frame(new))
+
+
+def test_few_shot_scores_every_n_on_the_same_rows(table):
+    from workbench.surrogates.evaluate import few_shot
+
+    r = few_shot(table, shots=(0, 3), k=3, trees=30)
+    assert set(r) == {0, 3} and r[0]["n_rows"] == r[3]["n_rows"] < len(table)
+    assert r[0]["pairwise_accuracy"] == pytest.approx(r[3]["pairwise_accuracy"])  # ranking is not touched
+    assert r[3]["median_abs_log2_error"] < r[0]["median_abs_log2_error"]
+    with pytest.raises(ValueError, match="non-negative"):
+        few_shot(table, shots=(-1,))

@@ -235,3 +235,29 @@ def test_screening_measures_within_slots_and_keeps_skips(tmp_path, problem, prop
 def test_screening_needs_both_parts(problem, proposer):
     with pytest.raises(ValueError, match="surrogate and a selective policy"):
         Search(problem, RecordingGPU(), proposer=proposer, surrogate=OracleSurrogate())
+
+
+class LearningSurrogate(OracleSurrogate):
+    """The oracle double that also takes the search's measurements back (`observe_candidates`), as the learned
+    surrogate does."""
+
+    def __init__(self):
+        self.compile_records, self.seen = {}, []
+
+    def observe_candidates(self, problem, candidates, log2_speedup):
+        self.seen += [(c.hash, y) for c, y in zip(candidates, log2_speedup)]
+
+
+def test_measurements_go_back_to_a_learning_surrogate(problem, proposer):
+    import math
+
+    from workbench.surrogates import SelectivePolicy
+
+    sur = LearningSurrogate()
+    s = Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2, overgenerate=3, surrogate=sur,
+               screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+    s.run(steps=3)
+    measured = {n.candidate: math.log2(n.speedup) for n in s.tree.nodes.values() if n.status == "measured"}
+    assert measured and dict(sur.seen) == pytest.approx(measured)  # every measured node, once, as log2 speedup
+    assert len(sur.seen) == len(measured)
+    assert set(sur.compile_records) >= set(measured)  # its compile record came with it

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -209,6 +210,7 @@ class Search:
         summary = {k: v for k, v in ev.summary().items() if k != "stages"}
         self.summaries[node.nid] = summary
         self._apply(node, ev.summary())
+        self._teach_surrogate(cand, node, ev)
         if self.diagnosis is not None:
             self._diagnose(node, cand, ev)
         parent_speedup = self.tree.nodes[parent].speedup if parent is not None else None
@@ -223,6 +225,19 @@ class Search:
                     **({"findings": node.findings} if node.findings is not None else {}),
                     "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
         return node
+
+    def _teach_surrogate(self, cand: Candidate, node: Node, ev) -> None:
+        """A measured speedup goes back to a surrogate that learns from them (`observe_candidates`: the learned one
+        shifts its forecasts for this problem by what the measurements say about its offset). A resumed search
+        starts that learning afresh: it is soft state, rebuilt from the next measurements."""
+        observe = getattr(self.surrogate, "observe_candidates", None)
+        if observe is None or node.status != "measured" or not node.speedup:
+            return
+        records = getattr(self.surrogate, "compile_records", None)
+        comp = ev.stage("compile")
+        if isinstance(records, dict) and comp is not None and cand.hash not in records:
+            records[cand.hash] = comp
+        observe(self.problem, [cand], [math.log2(node.speedup)])
 
     def _diagnose(self, node: Node, cand: Candidate, ev) -> None:
         """The node's findings (counters only for a measured node, in "ncu" mode), on the node and in the memory."""

@@ -253,3 +253,38 @@ def jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def few_shot(table: pd.DataFrame, shots: tuple[int, ...] = (0, 1, 3, 5), k: int = 5, seed: int = 0,
+             trees: int = 250) -> dict[int, dict[str, Any]]:
+    """The learned surrogate on held-out problems after it has seen `n` measured candidates of each (what a search
+    gives it: `LearnedSurrogate.observe`), for each n in `shots`. Per fold one model is trained without the fold's
+    problems; per test problem a seeded random order of its timed candidates is drawn, the first n are observed,
+    and every n is scored on the same rows: all but the first max(shots) (so the n = 0 row is the zero-shot
+    surrogate on exactly those rows). {n: metrics}."""
+    if not shots or min(shots) < 0:
+        raise ValueError("shots must be non-negative counts")
+    folds = split_folds(table, "problem", k, seed)
+    most = max(shots)
+    rng = np.random.default_rng(seed)
+    revealed: dict[Any, list] = {}
+    for key, g in table.groupby("problem_key", sort=True):
+        timed = g.index[~g["failed"].to_numpy(bool)].to_numpy()
+        revealed[key] = list(timed[rng.permutation(len(timed))][:most])
+    held = table.index[~table.index.isin([i for v in revealed.values() for i in v])]
+    preds: dict[int, list[pd.DataFrame]] = {n: [] for n in shots}
+    for f in np.unique(folds):
+        test = table[folds == f]
+        model = LearnedSurrogate(n_estimators=trees, seed=seed).fit(table[folds != f])
+        rows = test.loc[test.index.isin(held)]
+        if rows.empty:
+            continue
+        for n in shots:
+            model.forget()
+            for key in test["problem_key"].unique():
+                seen = revealed[key][:n]
+                if seen:
+                    model.observe(table.loc[seen], table.loc[seen, "log2_speedup"].to_numpy(float))
+            preds[n].append(model.predict_frame(rows))
+    scored = table.loc[held]
+    return {n: metrics(scored, pd.concat(preds[n]).loc[scored.index]) for n in shots}

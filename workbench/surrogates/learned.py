@@ -42,12 +42,27 @@ from .forecast import BINS, EDGES, FAILS, Forecast
 
 FORMAT = 1
 N_OUT = len(BINS)
+OBSERVE_SIM = 3  # observed candidates per problem in the simulation that fits the "observed" regime's sigma
+OBSERVE_MAP = (1, 2, 3, 5, 8)  # ... and those its top-label map is fitted over
 
 
 def lgb_params(seed: int, n_estimators: int, learning_rate: float) -> dict[str, Any]:
     return dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=31, min_child_samples=10,
                 subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0, random_state=seed,
                 verbose=-1, n_jobs=1)  # one thread: on 2 shared cores OpenMP spinning costs more than it gains
+
+
+def offset_variances(residuals, groups) -> tuple[float, float] | None:
+    """(between-group variance of the mean residual, pooled within-group variance) from held-out residuals grouped by
+    problem (method of moments; None with fewer than 3 groups of 2 or more rows)."""
+    df = pd.DataFrame({"r": np.asarray(residuals, float), "g": np.asarray(groups)})
+    st = df.groupby("g")["r"].agg(["mean", "var", "count"])
+    st = st[st["count"] >= 2]
+    if len(st) < 3:
+        return None
+    within2 = float(np.average(st["var"], weights=st["count"] - 1))
+    tau2 = max(float(st["mean"].var(ddof=1)) - float(np.mean(within2 / st["count"])), 0.0)
+    return tau2, max(within2, 1e-6)
 
 
 def grouped_folds(groups, k: int, seed: int = 0) -> np.ndarray:
@@ -184,6 +199,8 @@ class LearnedSurrogate:
         self.core: _Core | None = None
         self.fit_seconds = math.nan
         self._problems: dict[str, dict[str, Any]] = {}
+        self._observed: dict[str, list[float]] = {}  # problem key -> residuals (measured - mu) seen in a search
+        self.offset_prior: tuple[float, float] | None = None  # (between-problem var, within-problem var) of residuals
 
     # ---- training ----
     def fit(self, table: pd.DataFrame) -> "LearnedSurrogate":
@@ -211,7 +228,7 @@ class LearnedSurrogate:
                              self.learning_rate, self.seed)
                 dist = Distances(X[tr])
                 part = core.predict(X[te])
-                part.update(excess=dist.excess(X[te]), y=y[te], failed=failed[te],
+                part.update(excess=dist.excess(X[te]), y=y[te], failed=failed[te], group=groups[te],
                             new_problem=np.full(int(te.sum()), r == 0 and n_groups >= 3))
                 cal.append(part)
         cal = {k: np.concatenate([c[k] for c in cal]) for k in cal[0]}
@@ -260,8 +277,73 @@ class LearnedSurrogate:
             right = probs.argmax(1) == to_bin(y[rows], failed[rows])
             self.conf_maps[regime] = IsotonicMap(probs.max(1), right.astype(float), lo=0.0,
                                                  hi=1 - 2.0 / max(int(rows.sum()), 4))
+        # how a new problem's residuals split into one shared offset and the rest: what `observe` shrinks towards
+        if new.any():
+            self.offset_prior = offset_variances(y[new & ~failed] - cal["mu"][new & ~failed],
+                                                 cal["group"][new & ~failed])
+            if self.offset_prior is not None:
+                self._calibrate_observed(cal)
         # the OOD unit: the range excess that 95 % of held-out training problems stay within (at least 1 scale)
         self.excess_ref = max(float(np.quantile(cal["excess"][new], 0.95)) if new.any() else 1.0, 1.0)
+
+    def _calibrate_observed(self, cal: dict[str, np.ndarray]) -> None:
+        """The "observed" regime: a new problem after some of its candidates were measured. Simulated on the held-out
+        training problems: each row's offset is estimated from n other timed rows of its problem (shrunk as
+        `observe` does); sigma's (a, b) are fitted to the residuals so corrected at n = OBSERVE_SIM, and a top-label
+        isotonic map to whether the corrected forecast's argmax was right, pooled over n in OBSERVE_MAP (the offset
+        removed, the remaining errors are far more independent than raw new-problem ones, so the map has enough of
+        them to learn from)."""
+        tau2, within2 = self.offset_prior
+        rng = np.random.default_rng(self.seed)
+        new, failed, y, mu = cal["new_problem"], cal["failed"], cal["y"], cal["mu"]
+        all_rows = np.nonzero(new)[0]
+
+        def simulate(n: int):
+            shrink = n * tau2 / (n * tau2 + within2)
+            offset = np.full(len(all_rows), np.nan)
+            for g in np.unique(cal["group"][all_rows]):
+                members = all_rows[cal["group"][all_rows] == g]
+                timed = members[~failed[members]]
+                if len(timed) <= n:
+                    continue
+                res = y[timed] - mu[timed]
+                for i in members:
+                    others = np.nonzero(timed != i)[0]
+                    pick = rng.choice(others, size=n, replace=False)
+                    offset[np.searchsorted(all_rows, i)] = shrink * float(res[pick].mean())
+            ok = ~np.isnan(offset)
+            return all_rows[ok], offset[ok]
+
+        rows, offset = simulate(OBSERVE_SIM)
+        if len(rows) < 50:
+            return
+        mu_c, sd, ff = mu[rows] + offset, cal["bag_sd"][rows], failed[rows]
+        res = y[rows][~ff] - mu_c[~ff]
+        best = (math.inf, 1.0, 0.5)
+        for a in (0.0, 0.5, 1.0, 2.0, 4.0):
+            for b in np.geomspace(0.02, 3.0, 40):
+                s2 = (a * sd[~ff]) ** 2 + b * b
+                nll = float(np.mean(0.5 * np.log(s2) + 0.5 * res * res / s2))
+                if nll < best[0]:
+                    best = (nll, a, float(b))
+        self.sigma_ab["observed"] = best[1:]
+        top, right = [], []
+        for n in OBSERVE_MAP:
+            rows, offset = simulate(n)
+            probs = self._probs(mu[rows] + offset, self._sigma_observed(cal["bag_sd"][rows], n),
+                                self.fail_map(cal["p_fail"][rows]))
+            top.append(probs.max(1))
+            right.append(probs.argmax(1) == to_bin(y[rows], failed[rows]))
+        top, right = np.concatenate(top), np.concatenate(right)
+        self.conf_maps["observed"] = IsotonicMap(top, right.astype(float), lo=0.0, hi=1 - 2.0 / max(len(top), 4))
+
+    def _sigma_observed(self, bag_sd, n: int) -> np.ndarray:
+        """sigma after n observed candidates: the simulated regime's width, with the offset's posterior variance
+        for n in place of the one for OBSERVE_SIM it was fitted with."""
+        a, b = self.sigma_ab["observed"]
+        tau2, within2 = self.offset_prior
+        left = lambda k: tau2 * within2 / (k * tau2 + within2)  # noqa: E731
+        return np.sqrt(np.maximum((a * bag_sd) ** 2 + b * b + left(n) - left(OBSERVE_SIM), 1e-6))
 
     def _keep_validation(self, cal: dict[str, np.ndarray]) -> None:
         """Confidence and 0/1 bin error of the calibrated held-out forecasts for problems held out of training (the
@@ -283,6 +365,55 @@ class LearnedSurrogate:
         if v is None:
             raise ValueError("this surrogate kept no validation forecasts: retrain it to derive tau")
         return float(threshold_for_risk(v["confidence"], v["wrong"], max_risk))
+
+    # ---- measurements seen during a search ----
+    def observe(self, table: pd.DataFrame, log2_speedup) -> None:
+        """Measured log2 speedups of candidates (rows of a features table with `problem_key`). On a problem the
+        surrogate was not trained on, most of its error is one offset shared by all the problem's candidates (how
+        fast eager is there); later forecasts for that problem move mu by the measured residuals' mean, shrunk
+        towards 0 by how much offsets vary between training problems (`offset_prior`, a normal-normal posterior),
+        and sigma drops from the new-problem width to what is left once the offset is known. The ranking score is
+        unchanged. Training problems' rows and failed or missing measurements are ignored."""
+        if self.core is None:
+            raise ValueError("the surrogate is not trained: call fit() or LearnedSurrogate.load()")
+        y = np.asarray(log2_speedup, float)
+        if len(y) != len(table):
+            raise ValueError(f"{len(y)} measurements for {len(table)} rows")
+        mu = self.core.predict(table.reindex(columns=self.columns).astype(float))["mu"]
+        for key, res in zip(table["problem_key"], y - mu):
+            if np.isfinite(res) and key not in self.train_problems:
+                self._observed.setdefault(key, []).append(float(res))
+
+    def observe_candidates(self, problem: Problem, candidates: list[Candidate], log2_speedup) -> None:
+        """`observe` for live candidates (compile facts from `self.compile_records`)."""
+        if candidates:
+            self.observe(self._live_features(problem, candidates), log2_speedup)
+
+    def forget(self, problem_key: str | None = None) -> None:
+        """Drop what `observe` learnt (for one problem, or all)."""
+        if problem_key is None:
+            self._observed.clear()
+        else:
+            self._observed.pop(problem_key, None)
+
+    def _apply_observed(self, keys: np.ndarray, known: np.ndarray, mu: np.ndarray, sigma: np.ndarray,
+                        bag_sd: np.ndarray) -> np.ndarray:
+        """Shift mu and set sigma in place for rows of problems with observed measurements (see `observe`); the
+        mask of those rows (their forecasts take the "observed" regime's top-label map)."""
+        rows_seen = np.zeros(len(keys), bool)
+        prior = getattr(self, "offset_prior", None)
+        if not getattr(self, "_observed", None) or prior is None or "observed" not in self.sigma_ab:
+            return rows_seen
+        tau2, within2 = prior
+        for key, res in self._observed.items():
+            rows = (keys == key) & ~known
+            if not rows.any():
+                continue
+            n = len(res)
+            mu[rows] += n * tau2 / (n * tau2 + within2) * float(np.mean(res))
+            sigma[rows] = self._sigma_observed(bag_sd[rows], n)
+            rows_seen |= rows
+        return rows_seen
 
     # ---- prediction ----
     def _sigma(self, bag_sd, known):
@@ -326,13 +457,17 @@ class LearnedSurrogate:
         known = (table["problem_key"].isin(self.train_problems).to_numpy() if "problem_key" in table.columns
                  else np.zeros(len(table), bool))
         sigma = self._sigma(raw["bag_sd"], known)
+        mu = np.array(raw["mu"], float)
+        seen = (self._apply_observed(table["problem_key"].to_numpy(), known, mu, sigma, raw["bag_sd"])
+                if "problem_key" in table.columns else np.zeros(len(table), bool))
         pf = np.clip(self.fail_map(raw["p_fail"]), 0.0, 1.0)
         ood = self.distances.excess(X) / self.excess_ref
-        probs = self._recalibrate(self._probs(raw["mu"], sigma, pf), known, "known")
-        probs = self._recalibrate(probs, ~known, "new")
+        probs = self._recalibrate(self._probs(mu, sigma, pf), known, "known")
+        probs = self._recalibrate(probs, seen, "observed")
+        probs = self._recalibrate(probs, ~known & ~seen, "new")
         w = 1 - np.exp(-np.maximum(ood - 1, 0))  # beyond anything calibration saw: towards the training frequencies
         probs = (1 - w)[:, None] * probs + w[:, None] * self.prior[None, :]
-        out = pd.DataFrame({"score": raw["rel"] - self.fail_penalty * pf, "mu": raw["mu"], "sigma": sigma,
+        out = pd.DataFrame({"score": raw["rel"] - self.fail_penalty * pf, "mu": mu, "sigma": sigma,
                             "p_fail": pf, "ood": ood, "confidence": probs.max(1)}, index=table.index)
         for i in range(N_OUT):
             out[f"p{i}"] = probs[:, i]
@@ -347,12 +482,15 @@ class LearnedSurrogate:
     def forecast_frame(self, problem: Problem, candidates: list[Candidate]) -> pd.DataFrame:
         """`predict_frame` for live candidates (the point estimate mu and the ranking score next to the 9
         probabilities); compile facts from `self.compile_records` when the search has filled them."""
+        return self.predict_frame(self._live_features(problem, candidates))
+
+    def _live_features(self, problem: Problem, candidates: list[Candidate]) -> pd.DataFrame:
         ceil = self.ceilings if self.ceilings is not None else default_ceilings()
         if problem.key not in self._problems:
             self._problems[problem.key] = live_problem_info(problem, ceil)
         X = features_from_live(self._problems[problem.key], candidates, self.compile_records, ceil)
         X["problem_key"] = problem.key
-        return self.predict_frame(X)
+        return X
 
     def forecast(self, problem: Problem, candidates: list[Candidate], anchor: str = "eager") -> list[Forecast]:
         """One Forecast per candidate vs eager (the `Surrogate` protocol); mu and the score are in its reasoning."""
@@ -369,7 +507,7 @@ class LearnedSurrogate:
             raise ValueError("nothing to save: the surrogate is not trained")
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_problems", "compile_records")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_problems", "compile_records", "_observed")}
         p.write_bytes(pickle.dumps({"format": FORMAT, "class": "LearnedSurrogate", "state": state}))
         return p
 
@@ -384,5 +522,5 @@ class LearnedSurrogate:
             raise ValueError(f"{p} is not a LearnedSurrogate saved by this version (format {FORMAT})")
         obj = cls.__new__(cls)
         obj.__dict__.update(blob["state"])
-        obj._problems, obj.compile_records = {}, {}
+        obj._problems, obj.compile_records, obj._observed = {}, {}, {}
         return obj
