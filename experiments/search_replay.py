@@ -58,13 +58,14 @@ def trajectory(search) -> list[dict]:
 
 
 def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None,
-               compile_pool=None, wall_s: float | None = None):
+               compile_pool=None, wall_s: float | None = None, surrogate_learns: bool = False):
     from workbench.harness.budget import Budget
     from workbench.harness.ladder import PromotionPolicy
     from workbench.search.search import Search
 
     s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s, wall_s), seed=seed,
-               per_step=4, policy=PromotionPolicy(full_within=0.05), surrogate=surrogate, screen=screen)
+               per_step=4, policy=PromotionPolicy(full_within=0.05), surrogate=surrogate, screen=screen,
+               surrogate_learns=surrogate_learns)
     s.ladder.compile_pool = compile_pool  # a live GPU run compiles screened proposals on these CPU workers
     t0 = time.perf_counter()
     s.run(steps=400)
@@ -158,6 +159,8 @@ def main() -> None:
     ap.add_argument("--min-points", type=int, default=40, help="skip problems with fewer measured points")
     ap.add_argument("--surrogate", default="learned", choices=["learned", "roofline"])
     ap.add_argument("--parts", default="abc")
+    ap.add_argument("--surrogate-learns", action="store_true",
+                    help="part (a): the screened search feeds its measurements back to the learned surrogate")
     ap.add_argument("--max-risk", type=float, default=0.3,
                     help="the selective policy's tau: the lowest confidence whose accepted held-out forecasts have "
                          "at most this bin-error rate")
@@ -241,7 +244,10 @@ def main() -> None:
                 if "a" in args.parts:
                     sur, pol = surrogate_for(name)
                     runs["greedy+screen"] = run_search(problem, device, RecordedProposer.from_dataset(problem),
-                                                       "greedy", seed, budget, surrogate=sur, screen=pol)
+                                                       "greedy", seed, budget, surrogate=sur, screen=pol,
+                                                       surrogate_learns=args.surrogate_learns)
+                    if args.surrogate_learns and hasattr(sur, "forget"):
+                        sur.forget()  # the fold's model is shared by the fold's problems and seeds
                 for label, r in runs.items():
                     if label == "greedy+screen" and args.surrogate == "learned":
                         r["tau"] = surrogates[folds[name]][1]

@@ -255,9 +255,13 @@ def test_measurements_go_back_to_a_learning_surrogate(problem, proposer):
 
     sur = LearningSurrogate()
     s = Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2, overgenerate=3, surrogate=sur,
-               screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+               screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0), surrogate_learns=True)
     s.run(steps=3)
     measured = {n.candidate: math.log2(n.speedup) for n in s.tree.nodes.values() if n.status == "measured"}
     assert measured and dict(sur.seen) == pytest.approx(measured)  # every measured node, once, as log2 speedup
     assert len(sur.seen) == len(measured)
     assert set(sur.compile_records) >= set(measured)  # its compile record came with it
+    quiet = LearningSurrogate()  # by default the search does not teach it
+    Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2, overgenerate=3, surrogate=quiet,
+           screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0)).run(steps=2)
+    assert quiet.seen == []

@@ -61,8 +61,11 @@ class Search:
                  per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None,
                  llm_moves=None, max_failed_steps: int = 3, surrogate=None, screen=None, overgenerate: int = 3,
                  findings: str | None = None, guided_share: float | None = None,
-                 guided_min_severity: str | None = None, counters=None):
+                 guided_min_severity: str | None = None, counters=None, surrogate_learns: bool = False):
         self.problem = problem
+        # measured speedups go back to a surrogate that can learn from them (off by default: on replay it sharpened
+        # forecasts but made screening worse at equal budget, results/search/report.md)
+        self.surrogate_learns = surrogate_learns
         self.device = device
         self.proposer = proposer or OfflineProposer(problem)
         self.strategy = strategies.make(strategy) if isinstance(strategy, str) else strategy
@@ -231,7 +234,7 @@ class Search:
         shifts its forecasts for this problem by what the measurements say about its offset). A resumed search
         starts that learning afresh: it is soft state, rebuilt from the next measurements."""
         observe = getattr(self.surrogate, "observe_candidates", None)
-        if observe is None or node.status != "measured" or not node.speedup:
+        if not self.surrogate_learns or observe is None or node.status != "measured" or not node.speedup:
             return
         records = getattr(self.surrogate, "compile_records", None)
         comp = ev.stage("compile")
