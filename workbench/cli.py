@@ -242,7 +242,7 @@ def cmd_search(args) -> int:
         search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
                              budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=store,
                              seed=args.seed, per_step=args.per_step, search_id=args.search_id,
-                             surrogate=surrogate, screen=screen,
+                             surrogate=surrogate, screen=screen, surrogate_learns=args.surrogate_learns,
                              llm_client=llm_client if args.proposer == "llm" else None, **kwargs)
         if not args.json:
             print(f"search {problem.name} on {device.name}: strategy {args.strategy}, proposer {args.proposer}, "
@@ -485,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: from the learned "
                                                               "surrogate's held-out risk-coverage curve at --max-risk)")
     srch.add_argument("--max-risk", type=float, default=0.3, help="bin-error rate the confident forecasts may have")
+    srch.add_argument("--surrogate-learns", action="store_true",
+                      help="feed each measured speedup back to the learned surrogate (sharper forecasts for this "
+                           "problem; on replay it screened worse, see results/search/report.md)")
     srch.add_argument("--budget-gpu-s", type=float, default=60.0)
     srch.add_argument("--budget-wall-s", type=float, default=None)
     srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")
