@@ -155,6 +155,16 @@ def few_shot_section(shots: dict) -> list[str]:
              "Ranking is not changed by an offset, so pairwise accuracy stays put.", ""]
     lines += md_table(["n measured"] + list(FEW_SHOT_COLUMNS),
                       [[str(n)] + [fmt(m.get(c)) for c in FEW_SHOT_COLUMNS] for n, m in sorted(shots.items())])
+    z, k = shots[min(shots)], max(shots)
+    last = shots[k]
+    lines += ["", f"Read: after {k} measurements Brier goes {fmt(z['brier'])} -> {fmt(last['brier'])}, NLL "
+              f"{fmt(z['nll'])} -> {fmt(last['nll'])}, the median |log2 error| {fmt(z['median_abs_log2_error'])} -> "
+              f"{fmt(last['median_abs_log2_error'])}; ECE {fmt(z['ece'])} -> {fmt(last['ece'])} "
+              f"(best {fmt(min(m['ece'] for m in shots.values()))}), still above the 0.03 goal: the observed "
+              f"forecasts are {'under' if last['mean_confidence'] < last['bin_accuracy'] else 'over'}confident "
+              f"(mean confidence {fmt(last['mean_confidence'])} against bin accuracy {fmt(last['bin_accuracy'])}), "
+              "their calibration being simulated on inner held-out training problems, whose models saw fewer "
+              "problems than the final one."]
     return lines + [""]
 
 
