@@ -230,3 +230,21 @@ def test_runs_reports_browser_import_no_plotly():
     code = ("import sys, workbench.runs, workbench.reports, workbench.browser, workbench.viz; "
             "assert not any(m.startswith(('plotly', 'ipywidgets')) for m in sys.modules), 'a widget library imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_suite_info_on_the_shipped_benchmark(tmp_path):
+    from workbench import reports
+
+    full, problems = reports.suite_benchmark_data()
+    info = viz.get_suite_info(full, problems, sort_by="problem")
+    # results/suite/README.md: 34 problems, geo-means 1.514x eager, 1.010x torch.compile, 1.653x max-autotune
+    assert len(info) == 34 and not info.failed
+    assert info.geomean_vs_eager == pytest.approx(1.514, abs=5e-4)
+    assert info.geomean_vs_compile == pytest.approx(1.010, abs=5e-4)
+    assert info.geomean_vs_max_autotune == pytest.approx(1.653, abs=5e-4)
+    assert "vs max-autotune" in info.text() and "speedup_vs_max_autotune" in info.frame().columns
+    assert all(b in ("memory", "compute") for b in info.bound)  # floors joined from the dataset's problems
+    with pytest.raises(FileNotFoundError, match="no suite benchmark rows"):
+        reports.suite_benchmark_data(tmp_path / "none.jsonl")
+    dataset = viz.get_suite_info(*reports.suite_data())
+    assert dataset.speedup_vs_max_autotune is None and "max-autotune" not in dataset.text()

@@ -1,6 +1,9 @@
 """The suite benchmark: per problem, the best sampled candidate's full timing against eager, torch.compile and the
 roofline floor, from the shipped dataset (`full.parquet` + `problems.parquet`, `workbench.store.dataset.load`).
 
+The suite benchmark's rows (`results/suite/rows.jsonl`, `workbench.reports.suite_benchmark_data`) come in the same
+shape, with a max-autotune column.
+
 `full` holds one row per full timing (a problem may have several: a later slice with a larger pool may have found a
 better best): the latest (`t`) per problem key stands, the rule of the dataset's SUMMARY.md. The floor is
 `problems.parquet`'s roofline floor on the H200 (measured copy bandwidth and GEMM rates), falling back to the one
@@ -31,6 +34,8 @@ class SuiteInfo:
     eager_floor_fraction: list[float]  # floor / eager
     compile_floor_fraction: list[float]  # floor / torch.compile
     failed: list[str]  # problems whose latest full timing failed
+    # vs torch.compile(mode="max-autotune"), where the timing had that reference (the suite benchmark's rows)
+    speedup_vs_max_autotune: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.problems)
@@ -48,19 +53,25 @@ class SuiteInfo:
     def geomean_vs_compile(self) -> float:
         return self._geo(self.speedup_vs_compile)
 
+    @property
+    def geomean_vs_max_autotune(self) -> float | None:
+        return self._geo(self.speedup_vs_max_autotune) if self.speedup_vs_max_autotune else None
+
     def text(self) -> str:
         """One paragraph: how many problems, the geo-means, where the floor is reached."""
         near = sum(f >= 0.9 for f in self.floor_fraction)
         return (f"{len(self)} problems with a full timing ({len(self.failed)} failed: "
                 f"{', '.join(self.failed) or 'none'}). Geo-mean speedup of the best sampled candidate: "
-                f"{self.geomean_vs_eager:.3g}x vs eager, {self.geomean_vs_compile:.3g}x vs torch.compile; "
+                f"{self.geomean_vs_eager:.3g}x vs eager, {self.geomean_vs_compile:.3g}x vs torch.compile"
+                + (f", {self.geomean_vs_max_autotune:.3g}x vs max-autotune" if self.speedup_vs_max_autotune else "")
+                + "; "
                 f"{sum(s > 1 for s in self.speedup_vs_compile)} problems beat torch.compile, {near} are within 90 % "
                 "of the roofline floor or past it.")
 
     def frame(self):
         import pandas as pd
 
-        cols = [f.name for f in dataclasses.fields(self) if f.name != "failed"]
+        cols = [f.name for f in dataclasses.fields(self) if f.name != "failed" and getattr(self, f.name) is not None]
         return pd.DataFrame({c: getattr(self, c) for c in cols})
 
 
@@ -79,6 +90,8 @@ def get_suite_info(full, problems=None, only: Sequence[str] = (), sort_by: str =
         f = f.merge(problems[["problem_key", "floor_ms", "floor_bound"]], on="problem_key", how="left",
                     suffixes=("", "_p"))
         f["floor_ms"] = f["floor_ms_p"].where(f["floor_ms_p"].notna(), f["floor_ms"])
+        if "floor_bound_p" in f:  # the rows carry their own bound: the problems table's wins where it has one
+            f["floor_bound"] = f["floor_bound_p"].where(f["floor_bound_p"].notna(), f["floor_bound"])
     else:
         f["floor_bound"] = ""
     failed = sorted(f.loc[~f["ok"].astype(bool), "problem"])
@@ -88,10 +101,12 @@ def get_suite_info(full, problems=None, only: Sequence[str] = (), sort_by: str =
     f["compile_floor_fraction"] = f["floor_ms"] / f["compile_ms"]
     f = f.sort_values(sort_by, ascending=sort_by == "problem", kind="stable")
     col = lambda c: [float(v) for v in f[c]]  # noqa: E731
+    autotune = col("speedup_vs_max_autotune") if "speedup_vs_max_autotune" in f and \
+        f["speedup_vs_max_autotune"].notna().any() else None
     return SuiteInfo(list(f["problem"]), [str(b) if isinstance(b, str) else "" for b in f["floor_bound"]],
                      col("candidate_ms"), col("eager_ms"), col("compile_ms"), col("floor_ms"),
                      col("speedup_vs_eager"), col("speedup_vs_compile"), col("floor_fraction"),
-                     col("eager_floor_fraction"), col("compile_floor_fraction"), failed)
+                     col("eager_floor_fraction"), col("compile_floor_fraction"), failed, autotune)
 
 
 def plot_suite_speedups(info: SuiteInfo, title: str | None = None):
@@ -100,8 +115,10 @@ def plot_suite_speedups(info: SuiteInfo, title: str | None = None):
 
     go = graph_objects()
     fig = go.Figure()
-    for name, ys, colour in (("vs eager", info.speedup_vs_eager, "#1f77b4"),
-                             ("vs torch.compile", info.speedup_vs_compile, "#ff7f0e")):
+    series = [("vs eager", info.speedup_vs_eager, "#1f77b4"), ("vs torch.compile", info.speedup_vs_compile, "#ff7f0e")]
+    if info.speedup_vs_max_autotune:
+        series.append(("vs max-autotune", info.speedup_vs_max_autotune, "#2ca02c"))
+    for name, ys, colour in series:
         fig.add_trace(go.Bar(x=info.problems, y=ys, name=name, marker_color=colour,
                              hovertemplate=f"%{{x}}<br>{name}: %{{y:.3g}}x<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
