@@ -68,3 +68,18 @@ def test_a_kernel_at_the_bandwidth_ceiling_gets_no_findings():
     p = load("bias_gelu_residual-best")
     assert p["roofline"]["bound"] == "memory" and p["roofline"]["bw_fraction"] > 0.95
     assert rerun(p) == []
+
+
+@pytest.mark.parametrize("name", ["conv_net-best", "column_sum-default"])
+def test_the_profile_command_renders_device_reports(name):
+    """What `workbench profile` prints (its `format_report`) on reports the H200 produced."""
+    from workbench.profiling import format_report
+
+    p = load(name)
+    text = format_report(p)
+    assert text.startswith(f"{p['problem']} / {p['candidate']}: compile pass")
+    assert f"{p['roofline']['bound']}-bound" in text and "collected with ncu" in text
+    for k in p["static"]["kernels"]:
+        assert k["kernel"] in text
+    for f in p["findings"]:
+        assert f["title"] in text
