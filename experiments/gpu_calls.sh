@@ -10,6 +10,15 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_H
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 step=${1:?dataset, bench or confirm}
+# the GPU machine has no lightgbm (the learned surrogate needs it for `confirm`): carry wheels in .whl/ (see the
+# device README: pip download --python-version 3.12 ... lightgbm) and name .whl in the call's carry
+if ! python3 -c "import lightgbm" 2>/dev/null && ls .whl/lightgbm-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+if [ "$step" = confirm ] && ! python3 -c "import lightgbm" 2>/dev/null; then
+  echo "confirm needs lightgbm on the GPU machine: carry .whl with its wheel (see the comment above)" >&2; exit 2
+fi
 
 if [ "$step" = dataset ]; then
   timeout 150 python3 experiments/bench_suite.py scale_shift_relu --candidates 0 --from-dataset 1 --compile-workers 2 \
