@@ -52,6 +52,20 @@ def lgb_params(seed: int, n_estimators: int, learning_rate: float) -> dict[str, 
                 verbose=-1, n_jobs=1)  # one thread: on 2 shared cores OpenMP spinning costs more than it gains
 
 
+def fit_sigma(res: np.ndarray, bag_sd: np.ndarray,
+              alphas: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)) -> tuple[float, float]:
+    """(a, b) of sigma = sqrt((a * bag sd)^2 + b^2) maximising the Gaussian likelihood of held-out residuals (a grid:
+    a over `alphas`, b over 40 log-spaced values in [0.02, 3])."""
+    best = (math.inf, 1.0, 0.5)
+    for a in alphas:
+        for b in np.geomspace(0.02, 3.0, 40):
+            s2 = (a * bag_sd) ** 2 + b * b
+            nll = float(np.mean(0.5 * np.log(s2) + 0.5 * res * res / s2))
+            if nll < best[0]:
+                best = (nll, a, float(b))
+    return best[1:]
+
+
 def offset_variances(residuals, groups) -> tuple[float, float] | None:
     """(between-group variance of the mean residual, pooled within-group variance) from held-out residuals grouped by
     problem (method of moments; None with fewer than 3 groups of 2 or more rows)."""
@@ -258,15 +272,7 @@ class LearnedSurrogate:
         self.sigma_ab: dict[str, tuple[float, float]] = {}
         for regime, rows in (("known", ~new), ("new", new if new.any() else ~new)):
             ok = rows & ~failed
-            res, sd = y[ok] - cal["mu"][ok], cal["bag_sd"][ok]
-            best = (math.inf, 1.0, 0.5)
-            for a in (0.0, 0.5, 1.0, 2.0, 4.0, 8.0):
-                for b in np.geomspace(0.02, 3.0, 40):
-                    s2 = (a * sd) ** 2 + b * b
-                    nll = float(np.mean(0.5 * np.log(s2) + 0.5 * res * res / s2))
-                    if nll < best[0]:
-                        best = (nll, a, float(b))
-            self.sigma_ab[regime] = best[1:]
+            self.sigma_ab[regime] = fit_sigma(y[ok] - cal["mu"][ok], cal["bag_sd"][ok])
         self.conf_maps: dict[str, IsotonicMap] = {}
         for regime, rows in (("known", ~new), ("new", new)):
             if not rows.any() or (regime == "new" and not self.isotonic_new):
@@ -318,15 +324,7 @@ class LearnedSurrogate:
         if len(rows) < 50:
             return
         mu_c, sd, ff = mu[rows] + offset, cal["bag_sd"][rows], failed[rows]
-        res = y[rows][~ff] - mu_c[~ff]
-        best = (math.inf, 1.0, 0.5)
-        for a in (0.0, 0.5, 1.0, 2.0, 4.0):
-            for b in np.geomspace(0.02, 3.0, 40):
-                s2 = (a * sd[~ff]) ** 2 + b * b
-                nll = float(np.mean(0.5 * np.log(s2) + 0.5 * res * res / s2))
-                if nll < best[0]:
-                    best = (nll, a, float(b))
-        self.sigma_ab["observed"] = best[1:]
+        self.sigma_ab["observed"] = fit_sigma(y[rows][~ff] - mu_c[~ff], sd[~ff], alphas=(0.0, 0.5, 1.0, 2.0, 4.0))
         top, right = [], []
         for n in OBSERVE_MAP:
             rows, offset = simulate(n)
