@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from search_replay import geo, measurements_to_reach, replayed_speedup, trajectory  # noqa: E402
+from search_replay import geo, measurements_to_reach, replayed_speedup, searched, trajectory  # noqa: E402
 
 GUIDED_KINDS_EXCLUDED = ("root", "jump", "config", "fuse", "crossover")  # plain move kinds; the rest are guided
 # arm -> (findings mode, least severity acted on); "guided_all" is the ablation that also follows "info" findings
@@ -40,17 +40,10 @@ ARMS = {"plain": (None, None), "guided": ("static", "warning"), "guided_all": ("
 
 
 def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, arm: str, share: float) -> dict:
-    from workbench.harness.budget import Budget
-    from workbench.harness.ladder import PromotionPolicy
-    from workbench.search.search import Search
-
     # the same settings as experiments/search_replay.py, so the unguided rows match its strategy comparison
     findings, severity = ARMS[arm]
-    s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s), seed=seed,
-               per_step=4, policy=PromotionPolicy(full_within=0.05), findings=findings, guided_share=share,
-               guided_min_severity=severity)
-    t0 = time.perf_counter()
-    s.run(steps=400)
+    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, findings=findings, guided_share=share,
+                       guided_min_severity=severity)
     rep = s.report()
     nodes = list(s.tree.nodes.values())
     fired = collections.Counter(f["tool"] for n in nodes for f in n.findings or [])
@@ -60,7 +53,7 @@ def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: fl
             "best": rep["best"]["speedup_vs_eager"] if rep["best"] else None, "gpu_seconds": rep["gpu_seconds"],
             "candidates": rep["candidates"], "trajectory": trajectory(s), "fired": dict(fired),
             "nodes_with_findings": sum(bool(n.findings) for n in nodes), "moves": moves,
-            "wall_s": time.perf_counter() - t0}
+            "wall_s": wall}
 
 
 def sign_test(wins: int, losses: int) -> float | None:
@@ -281,9 +274,6 @@ def main() -> None:
     df = df[df["regenerates"]]
     if args.report_only:
         summary = json.loads((out / "guided_replay.json").read_text())
-        for name, v in summary["pool_firing"].items():  # written before the pool's fusion points were kept
-            v.setdefault("fusion_points", int(df.loc[df["problem"] == name, "fusion_points"].max()))
-        (out / "guided_replay.json").write_text(json.dumps(summary, indent=1, default=str))
         (out / "guided_replay.md").write_text(report(summary))
         print(report(summary))
         return

@@ -57,23 +57,31 @@ def trajectory(search) -> list[dict]:
     return out
 
 
-def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None,
-               compile_pool=None, wall_s: float | None = None, surrogate_learns: bool = False):
+def searched(problem, device, proposer, strategy: str, seed: int, budget_s: float, wall_s: float | None = None,
+             compile_pool=None, **search_kwargs):
+    """A search with the experiments' common settings (4 evaluations per step, promotion within 5 %), run to its
+    budget: (the Search, its wall seconds). `search_kwargs` go to `Search` (surrogate, screen, findings, ...)."""
     from workbench.harness.budget import Budget
     from workbench.harness.ladder import PromotionPolicy
     from workbench.search.search import Search
 
     s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s, wall_s), seed=seed,
-               per_step=4, policy=PromotionPolicy(full_within=0.05), surrogate=surrogate, screen=screen,
-               surrogate_learns=surrogate_learns)
+               per_step=4, policy=PromotionPolicy(full_within=0.05), **search_kwargs)
     s.ladder.compile_pool = compile_pool  # a live GPU run compiles screened proposals on these CPU workers
     t0 = time.perf_counter()
     s.run(steps=400)
+    return s, time.perf_counter() - t0
+
+
+def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None,
+               compile_pool=None, wall_s: float | None = None, surrogate_learns: bool = False):
+    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, wall_s, compile_pool, surrogate=surrogate,
+                       screen=screen, surrogate_learns=surrogate_learns)
     rep = s.report()
     return {"stopped": s.budget.exhausted(), "strategy": strategy, "seed": seed, "screened": surrogate is not None,
             "best": rep["best"]["speedup_vs_eager"] if rep["best"] else None, "gpu_seconds": rep["gpu_seconds"],
             "evaluations": rep["evaluations"], "skipped": rep["skipped_by_surrogate"],
-            "candidates": rep["candidates"], "trajectory": trajectory(s), "wall_s": time.perf_counter() - t0}
+            "candidates": rep["candidates"], "trajectory": trajectory(s), "wall_s": wall}
 
 
 def measurements_to_reach(traj: list[dict], target: float) -> int | None:
