@@ -47,11 +47,10 @@ def floor_bound(problem) -> str | None:
     return roofline_floor(count(problem), c).bound
 
 
-def dataset_pool(problem, proposer: OfflineProposer, k: int) -> tuple[list, float]:
+def dataset_pool(problem, k: int) -> tuple[list, float]:
     """The k fastest regenerating candidates of the problem in the shipped dataset, and the GPU-seconds the dataset
     spent measuring all of the problem's candidates (the search that found them)."""
-    from workbench.proposers.offline import Choice
-    from workbench.store.dataset import DatasetMissing, load
+    from workbench.store.dataset import DatasetMissing, DatasetSources, load
 
     try:
         df = load("candidates")
@@ -60,12 +59,8 @@ def dataset_pool(problem, proposer: OfflineProposer, k: int) -> tuple[list, floa
     rows = df[df["problem_key"] == problem.key]
     spent = float(rows["gpu_s"].fillna(0).sum())
     top = rows[rows["regenerates"] & rows["candidate_ms"].notna()].nsmallest(k, "candidate_ms")
-    out = []
-    for choice_json, want in zip(top["choice_json"], top["candidate"]):
-        cand = proposer.render(Choice.from_dict(json.loads(choice_json)))
-        if cand.hash == want:  # the export checked this; a template changed since would orphan it
-            out.append(cand)
-    return out, spent
+    sources = DatasetSources(top)
+    return [sources.candidate(problem.key, h) for h in top["candidate"]], spent
 
 
 def bench_problem(device, name: str, n: int, gpu_minutes: float, seed: int, compile_workers: int,
@@ -74,7 +69,7 @@ def bench_problem(device, name: str, n: int, gpu_minutes: float, seed: int, comp
     problem = Problem.load(name)
     row: dict = {"problem": problem.name, "key": problem.key}
     proposer = OfflineProposer(problem)
-    seeded, dataset_gpu_s = dataset_pool(problem, proposer, from_dataset) if from_dataset else ([], 0.0)
+    seeded, dataset_gpu_s = dataset_pool(problem, from_dataset) if from_dataset else ([], 0.0)
     fresh = proposer.propose(n, seed=seed)
     known = {c.hash for c in seeded}
     cands = seeded + [c for c in fresh if c.hash not in known]

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 def targets(name: str) -> list[tuple[str, object, float | None]]:
     """(label, candidate, measured ms or None) to profile for one problem."""
     from workbench.problems import Problem
-    from workbench.proposers.offline import Choice, OfflineProposer
-    from workbench.store.dataset import load
+    from workbench.proposers.offline import OfflineProposer
+    from workbench.store.dataset import DatasetSources, load
 
     problem = Problem.load(name)
     prop = OfflineProposer(problem)
@@ -35,7 +35,7 @@ def targets(name: str) -> list[tuple[str, object, float | None]]:
     out = []
     if len(rows):
         best = rows.nsmallest(1, "candidate_ms").iloc[0]
-        out.append(("best", prop.render(Choice.from_dict(json.loads(best["choice_json"]))),
+        out.append(("best", DatasetSources(rows).candidate(problem.key, best["candidate"]),
                     float(best["candidate_ms"])))
     default = prop.render(prop.default_choice())
     if not out or default.hash != out[0][1].hash:
