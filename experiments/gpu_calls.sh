@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Device calls of one session, by name: `bash experiments/gpu_calls.sh dataset|bench|confirm` (outputs under $OUT).
+# Device calls of one session, by name: `bash experiments/gpu_calls.sh dataset|bench|confirm|ray|tests` (outputs under
+# $OUT).
 # dataset: a smoke run of the benchmark path (max-autotune reference) on one small problem, then a resumable dataset
 #          slice on both GPUs; only the rows new in this call come back (gzipped), to be appended here.
 # bench:   the suite benchmark (best candidate vs eager, torch.compile, max-autotune), half the suite per GPU.
 # confirm: the screening headline on the H200 (search_h200.py), then GPU tests on GPU 0 and the suite's profiles
 #          (ncu) on GPU 1.
+# ray:     the Ray device's scaling (experiments/ray_scaling.py): the same candidates through 1 and 2 GPUs, a search
+#          on 1 and 2 GPUs, a GPU actor killed mid-run, and the same list through one LocalDevice.
+# tests:   every GPU-marked test on GPU 0.
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT"
@@ -15,6 +19,28 @@ step=${1:?dataset, bench or confirm}
 if ! python3 -c "import lightgbm" 2>/dev/null && ls .whl/lightgbm-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+# Ray is not on the GPU machine either, and its wheel is over what a call carries: .whl/ray/ holds ray's wheel
+# unpacked without its Java jars, dashboard build and libraries (rllib, tune, train, serve, data, llm), as
+# ray-min.tar.xz, plus the wheels of its dependencies; only the dependencies the machine lacks are installed.
+if [ "$step" = ray ] && ! python3 -c "import ray" 2>/dev/null && [ -f .whl/ray/ray-min.tar.xz ]; then
+  mkdir -p /tmp/raysite && tar xJf .whl/ray/ray-min.tar.xz -C /tmp/raysite
+  python3 - <<'EOF'
+import glob, importlib, os, subprocess, sys
+module = {"attrs": "attr", "protobuf": "google.protobuf", "pyyaml": "yaml", "rpds_py": "rpds"}
+missing = []
+for w in sorted(glob.glob(".whl/ray/*.whl")):
+    dist = os.path.basename(w).split("-")[0].lower()
+    try:
+        importlib.import_module(module.get(dist, dist))
+    except ImportError:
+        missing.append(w)
+print("installing for ray:", [os.path.basename(w) for w in missing], flush=True)
+if missing:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", "/tmp/raysite", *missing], check=True)
+EOF
+  export PYTHONPATH=/tmp/raysite:$PYTHONPATH
 fi
 if [ "$step" = confirm ] && ! python3 -c "import lightgbm" 2>/dev/null; then
   echo "confirm needs lightgbm on the GPU machine: carry .whl with its wheel (see the comment above)" >&2; exit 2
@@ -70,4 +96,20 @@ if [ "$step" = confirm ]; then
   tar czf "$OUT/profiles.tgz" -C /tmp profiles
   tail -4 "$OUT/gpu_tests.log"
   tail -4 "$OUT/profile.log"
+fi
+
+if [ "$step" = ray ]; then
+  python3 -c "import ray; print('ray', ray.__version__)" || exit 3
+  timeout "${RAY_S:-560}" python3 experiments/ray_scaling.py ${PHASES:-sweep:1 sweep:2 fault:2 search:1 search:2 local:1} \
+    --per-problem "${PER_PROBLEM:-20}" --compile-workers "${COMPILE_WORKERS:-12}" --out /tmp/ray_scaling \
+    > "$OUT/ray_scaling.log" 2>&1
+  cp /tmp/ray_scaling/scaling.jsonl "$OUT/" 2>/dev/null
+  tar czf "$OUT/ray_stores.tgz" -C /tmp/ray_scaling --exclude 'cache-*' .
+  grep '^{' "$OUT/ray_scaling.log" | cut -c1-400
+  tail -5 "$OUT/ray_scaling.log"
+fi
+
+if [ "$step" = tests ]; then
+  timeout "${TESTS_S:-560}" python3 -m pytest -m gpu tests -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+  tail -40 "$OUT/gpu_tests.log"
 fi

@@ -20,6 +20,15 @@ sweep goes on; running the sweep again skips the runs whose manifest says "ok" a
 sweep config is written to `<out_root>/<sweep name>/sweep.yaml`; `workbench report` reads the run directories.
 With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
 parameter decides.
+
+Ray. When a run's `device` (from the sweep, else the notebook's default) is "ray" and neither $WORKBENCH_RAY_ADDRESS
+nor $RAY_ADDRESS is set, the sweep starts one local Ray cluster (head only, sized to this machine) for all its runs,
+passes its address to them as $WORKBENCH_RAY_ADDRESS, and shuts it down when the sweep ends (also on error); were each
+run to start its own, every one would claim all the machine's GPUs. A sweep process already connected to Ray
+(`ray.init` called) hands its runs that cluster instead and leaves it running. Runs that use Ray get
+$WORKBENCH_RAY_SHARE = how many of them run at once on their cluster, so each `RayDevice` takes only its part of the
+cluster (a value already in the environment is kept: e.g. two sweeps sharing one cluster). The manifest of such a run
+records `ray_address` (what the sweep passed, None when it passed none) and `ray_share`.
 """
 from __future__ import annotations
 
@@ -37,6 +46,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -52,6 +62,9 @@ _PARAM_CELL = re.compile(r"^#\s*%%.*\btags\s*=\s*\[[^\]]*[\"']parameters[\"']")
 _CELL = re.compile(r"^#\s*%%")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TAIL = 30  # traceback lines kept in a failed manifest
+# ray.init arguments of the sweep's own cluster: "local" starts a fresh one even when another runs on this machine
+# (ray.init() alone would join that, and shutting down would not stop it); tests add num_cpus to keep it small
+RAY_INIT_KWARGS: dict[str, Any] = {"address": "local", "include_dashboard": False}
 
 
 class SweepError(ValueError):
@@ -277,7 +290,8 @@ def _notebook_error(path: Path) -> tuple[str, list[str]] | None:
 
 
 def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, env_info: dict, cwd: Path,
-             pass_out_dir: bool, devices: "queue.Queue[str] | None") -> "RunResult":
+             pass_out_dir: bool, devices: "queue.Queue[str] | None",
+             ray_env: dict[str, str] | None = None) -> "RunResult":
     run_dir.mkdir(parents=True, exist_ok=True)
     device = devices.get() if devices is not None else None
     t0 = time.monotonic()
@@ -286,6 +300,9 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
                                 "grid_point": spec.point, "notebook": str(input_nb), "start": _now(), "end": None,
                                 "seconds": None, "error": None, "traceback": None,
                                 "cuda_visible_devices": device, **env_info}
+    if ray_env is not None:
+        manifest.update(ray_address=ray_env.get("WORKBENCH_RAY_ADDRESS"),
+                        ray_share=int(ray_env["WORKBENCH_RAY_SHARE"]))
     manifest["gpu"] = (env_info["gpus"][int(device)] if device is not None and device.isdigit()
                        and int(device) < len(env_info["gpus"]) else env_info["gpus"][0] if env_info["gpus"] else None)
     try:
@@ -300,6 +317,7 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
         env["JUPYTER_PATH"] = os.pathsep.join([str(kernel_root), *filter(None, [env.get("JUPYTER_PATH")])])
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
+        env.update(ray_env or {})
         with open(run_dir / "papermill.log", "w") as log:
             rc = subprocess.run(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
         if rc == 0:
@@ -435,6 +453,49 @@ def _select(specs: list[RunSpec], only: str | Iterable[str] | None) -> list[RunS
     return chosen
 
 
+def _ray_targets(specs: list[RunSpec], defaults: dict[str, Any]) -> dict[str, str]:
+    """run id -> the cluster its device joins, for the runs whose device is Ray: "" for "ray" (the environment's
+    cluster, else the sweep's), ADDR for "ray:ADDR" (as `get_device` reads them)."""
+    out = {}
+    for s in specs:
+        dev = s.params.get("device", defaults.get("device"))
+        if isinstance(dev, str) and (dev == "ray" or dev.startswith("ray:")):
+            out[s.run_id] = dev[4:]
+    return out
+
+
+def _ray_envs(targets: dict[str, str], jobs: int) -> dict[str, dict[str, str]]:
+    """run id -> its WORKBENCH_RAY_SHARE: at most `jobs` of the runs on one cluster run at once, so each takes that
+    part of it (a value set in this environment wins: it may know of other sweeps on the cluster)."""
+    user = os.environ.get("WORKBENCH_RAY_SHARE", "").strip()
+    if targets and user and not (user.isdigit() and int(user) >= 1):
+        raise SweepError(f"WORKBENCH_RAY_SHARE must be an integer >= 1, got {user!r}")
+    on = list(targets.values())
+    return {rid: {"WORKBENCH_RAY_SHARE": user or str(min(jobs, on.count(t)))} for rid, t in targets.items()}
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise SweepError("runs with device 'ray' need ray: pip install 'workbench[ray]'") from e
+    return ray
+
+
+@contextmanager
+def _sweep_ray_cluster(ray):
+    """The address of a Ray cluster for the sweep's "ray" runs: this process's when it is already connected (left
+    running), else a local one started here and shut down on leaving, whatever happened in between."""
+    if ray.is_initialized():
+        yield ray.get_runtime_context().gcs_address
+        return
+    ray.init(**RAY_INIT_KWARGS)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
 def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, out_root: str | Path = "results/runs",
               only: str | Iterable[str] | None = None) -> SweepSummary:
     """Run the sweep's notebook once per grid point (`jobs` at once, default the config's), skipping runs already
@@ -465,6 +526,13 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
             results[s.run_id] = RunResult(s.run_id, sweep_dir / s.run_id, "skipped", s.params, None, m.get("seconds"))
         else:
             todo.append(s)
+    # Ray: runs that share a cluster are told how many of them run at once; "ray" runs with no cluster in the
+    # environment get one the sweep starts (below), instead of one each
+    ray_targets = _ray_targets(todo, notebook_defaults(nb))
+    ray_envs = _ray_envs(ray_targets, jobs)
+    own_cluster = "" in ray_targets.values() and not (os.environ.get("WORKBENCH_RAY_ADDRESS")
+                                                      or os.environ.get("RAY_ADDRESS"))
+    ray = _import_ray() if own_cluster else None  # before anything is written: a missing ray stops the sweep here
     if todo:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         to_yaml(cfg, sweep_dir / "sweep.yaml")
@@ -473,12 +541,16 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
         env_info = environment(nb.parent)
         cwd = Path.cwd()
         pass_out_dir = OUT_DIR_PARAM in known and OUT_DIR_PARAM not in cfg.base and OUT_DIR_PARAM not in cfg.grid
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
-                                pass_out_dir, devices) for s in todo]
-            for f in futs:
-                r = f.result()
-                results[r.run_id] = r
+        with (_sweep_ray_cluster(ray) if own_cluster else nullcontext()) as address:
+            for rid, t in ray_targets.items():
+                if t == "" and address:
+                    ray_envs[rid]["WORKBENCH_RAY_ADDRESS"] = address
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
+                                    pass_out_dir, devices, ray_envs.get(s.run_id)) for s in todo]
+                for f in futs:
+                    r = f.result()
+                    results[r.run_id] = r
     summary.runs = [results[s.run_id] for s in specs]
     return summary
 

@@ -12,7 +12,15 @@ problem files travel as text and are rewritten on an actor's node when its files
 Failures. The LocalDevice in an actor already kills a hung candidate at the stage timeout ("timed out: ..."). As a
 backstop, a call with no answer after its stage timeouts plus `grace_s` is given up: the actor is killed (ray.cancel
 cannot stop a running actor method) and replaced, and the stage fails "timed out". An actor or node that dies fails
-the stage it was running with "lost worker: <which error>"; the actor is replaced and the other calls go on.
+the stage it was running with "lost worker: <which error>"; the actor is replaced and the other calls go on. Actors
+that cannot be scheduled within `start_timeout` (the cluster is full) are given up at start; the device starts with
+the others and fails only when none started.
+
+Sharing a cluster. Without `workers`, a device sizes its pools to the whole cluster, so two devices on one cluster
+would each ask for every GPU (or CPU) and their actors would wait for each other. $WORKBENCH_RAY_SHARE=N (an integer
+>= 1; a sweep sets it to the number of its runs that use Ray at once) makes a device take 1/N of it: on kind "cuda"
+max(1, GPUs // num_gpus_per_task // N) eval actors and at most CPUs // N CPUs in all (eval actors included) for
+its compile actors; on kind "cpu" max(1, CPUs // N) actors. Explicit `workers` / `compile_workers` are used as given.
 """
 from __future__ import annotations
 
@@ -48,6 +56,18 @@ def _ray():
 def resolve_address(address: str | None = None) -> str | None:
     """The cluster to join: the argument, else $WORKBENCH_RAY_ADDRESS, else $RAY_ADDRESS; None starts a local one."""
     return address or os.environ.get("WORKBENCH_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+
+
+def ray_share() -> int:
+    """$WORKBENCH_RAY_SHARE: how many devices share the cluster at once (1 when unset)."""
+    raw = os.environ.get("WORKBENCH_RAY_SHARE", "").strip()
+    try:
+        share = int(raw or 1)
+    except ValueError:
+        share = 0
+    if share < 1:
+        raise ValueError(f"WORKBENCH_RAY_SHARE must be an integer >= 1, got {raw!r}")
+    return share
 
 
 def _short(e: BaseException, n: int = 300) -> str:
@@ -209,6 +229,7 @@ class RayDevice:
         self.grace_s = grace_s
         self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
         self.address = resolve_address(address)
+        share = ray_share()  # read (and refused when malformed) before joining or starting a cluster
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray and self.address:
             ray.init(address=self.address)
@@ -220,15 +241,18 @@ class RayDevice:
         self.kind = kind
         actor = ray.remote(_Evaluator)
         opts = dict(actor_options or {})  # e.g. {"accelerator_type": "H200"} or {"resources": {...}}
+        # this device's part of the cluster: concurrent devices that each asked for all of it would deadlock
+        cpus = int(res.get("CPU", 1)) // share
         if kind == "cuda":
             n = workers or int(res.get("GPU", 0) // num_gpus_per_task)
             if n < 1:
                 raise NoGPUError(f"the Ray cluster has no GPU ({res.get('GPU', 0)} GPUs for {num_gpus_per_task} "
                                  "per actor): use kind 'cpu' for static, compile and interpreter correctness")
-            ncomp = compile_workers or max(1, min(int(res.get("CPU", 1)) - n, 10 * n))  # ~10 compile CPUs per GPU
+            n = workers or max(1, n // share)
+            ncomp = compile_workers or max(1, min(cpus - n, 10 * n))  # ~10 compile CPUs per GPU
             eval_opts = {"num_cpus": 1, "num_gpus": num_gpus_per_task, **opts}
         else:
-            n = workers or max(1, int(res.get("CPU", 1)))
+            n = workers or max(1, cpus)
             eval_opts = {"num_cpus": 1, **opts}
         timeouts_ = self.timeouts
         self._pool = _Pool(ray, lambda: actor.options(**eval_opts).remote(kind, timeouts_), n, start_timeout,
@@ -249,6 +273,11 @@ class RayDevice:
     @property
     def info(self) -> dict[str, Any]:
         return {**self._identity["info"], "executor": "ray", "workers": len(self._pool.actors)}
+
+    @property
+    def slots(self) -> int:
+        """Evaluations that run at once (the pool's actors): a search measures that many of a step together."""
+        return len(self._pool.actors)
 
     @property
     def name(self) -> str:

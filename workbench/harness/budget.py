@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import defaultdict
 
@@ -17,10 +18,13 @@ class Budget:
     spent: dict[str, float] = dataclasses.field(default_factory=lambda: defaultdict(float))
     evaluations: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
     started: float = dataclasses.field(default_factory=time.monotonic)
+    # a search over a multi-GPU device charges from several threads at once
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def gpu_spent(self) -> float:
-        return sum(self.spent.values())
+        with self._lock:
+            return sum(self.spent.values())
 
     @property
     def gpu_left(self) -> float:
@@ -35,8 +39,9 @@ class Budget:
         return None
 
     def charge(self, stage: str, gpu_s: float) -> None:
-        self.spent[stage] += gpu_s
-        self.evaluations[stage] += 1
+        with self._lock:
+            self.spent[stage] += gpu_s
+            self.evaluations[stage] += 1
 
     def report(self) -> dict[str, object]:
         return {"gpu_seconds_limit": self.gpu_seconds, "gpu_seconds_spent": self.gpu_spent,

@@ -18,6 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
+from ..safe_ast import PARSE_LOCK
 from .records import FAIL, PASS, StageRecord
 
 ERROR, WARNING = "error", "warning"
@@ -540,6 +541,11 @@ def _summary(fs: list[dict]) -> str:
 
 def check_static(source: str, problem_source: str | None = None, precision: str = "strict") -> StageRecord:
     """Run every check on the candidate's source; FAIL on any error flag."""
+    with PARSE_LOCK:  # one parse at a time across threads (see workbench.safe_ast)
+        return _check_static(source, problem_source, precision)
+
+
+def _check_static(source: str, problem_source: str | None, precision: str) -> StageRecord:
     t0 = time.perf_counter()
     try:
         src = Source(source)

@@ -12,7 +12,14 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..safe_ast import parse
 from .loader import (ProblemError, call_factory, load_module, parse_override, resolve_path, source_hash)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key(name: str, source: str, policy: str) -> str:
+    # computed once per source: the key is read on every store lookup, from several threads on a multi-GPU device
+    return f"{name}@{source_hash(ast.unparse(parse(source)) + '|' + policy)}"
 
 # Precision policies. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix units for
 # fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
@@ -71,7 +78,7 @@ class Problem:
         """Identity of the problem at these sizes: name plus a hash of the effective source."""
         # hashed on the unparsed syntax tree: comments, formatting and an override equal to the default change nothing
         # (ast.dump is not used: its output differs between Python versions, ast.unparse's text does not)
-        return f"{self.name}@{source_hash(ast.unparse(ast.parse(self.source)) + '|' + self.policy)}"
+        return _key(self.name, self.source, self.policy)
 
     @property
     def policy(self) -> str:

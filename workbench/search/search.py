@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..harness.budget import Budget
@@ -117,13 +118,19 @@ class Search:
         decisions: list[tuple[str, dict[str, Any] | None]] = [("measure", None)] * len(proposals)
         if screening and proposals:
             decisions = self._screen(proposals)
+        slots = self._slots()
+        measure: list[tuple] = []
         for (parent, move, payload), (decision, forecast) in zip(proposals, decisions):
             if decision == "skip":
                 nodes.append(self._skip(parent, move, payload, forecast))
-                continue
-            if self.budget.exhausted():
+            elif slots > 1:
+                measure.append((parent, move, payload, forecast))
+            elif self.budget.exhausted():
                 break
-            nodes.append(self._evaluate(parent, move, payload, forecast))
+            else:
+                nodes.append(self._evaluate(parent, move, payload, forecast))
+        if measure:
+            nodes.extend(self._evaluate_concurrently(measure, slots))
         self.steps += 1
         self._emit({"type": "step", "step": self.steps, "gpu_seconds": self.budget.gpu_spent,
                     "best": self.best_summary()})
@@ -203,13 +210,39 @@ class Search:
                     "gpu_seconds": self.budget.gpu_spent})
         return node
 
+    def _slots(self) -> int:
+        """How many evaluations the device runs at once: a Ray device's GPU actors; 1 for a local or replay one."""
+        try:
+            return max(1, int(getattr(self.device, "slots", 1)))
+        except (TypeError, ValueError):
+            return 1
+
+    def _evaluate_concurrently(self, items: list[tuple], slots: int) -> list[Node]:
+        """A step's measurements spread over a device with several GPUs. Each starts only while the budget lasts;
+        nodes are added and results applied in proposal order, so the tree does not depend on which GPU finished
+        first. With `slots` GPUs the budget may be overrun by up to `slots - 1` evaluations already started."""
+        cands = [self._candidate(payload) for _, _, payload, _ in items]
+
+        def run(cand: Candidate):
+            if self.budget.exhausted():
+                return None, 0.0
+            t0 = time.perf_counter()
+            return self.ladder.evaluate(self.problem, cand), time.perf_counter() - t0
+
+        with ThreadPoolExecutor(min(slots, len(items))) as ex:
+            done = list(ex.map(run, cands))
+        return [self._evaluate(parent, move, payload, forecast, measured=(ev, wall))
+                for (parent, move, payload, forecast), (ev, wall) in zip(items, done) if ev is not None]
+
     def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate,
-                  forecast: dict[str, Any] | None = None) -> Node:
+                  forecast: dict[str, Any] | None = None, measured: tuple | None = None) -> Node:
+        """Add the node and climb the ladder (or take `measured`: an (evaluation, wall seconds) already run)."""
         node, cand = self._add_node(parent, move, payload)
         choice = None if isinstance(payload, Candidate) else payload
         node.forecast = forecast
         t0 = time.perf_counter()
-        ev = self.ladder.evaluate(self.problem, cand)
+        ev, wall = measured if measured is not None else (self.ladder.evaluate(self.problem, cand), None)
+        wall = time.perf_counter() - t0 if wall is None else wall
         summary = {k: v for k, v in ev.summary().items() if k != "stages"}
         self.summaries[node.nid] = summary
         self._apply(node, ev.summary())
@@ -226,7 +259,7 @@ class Search:
                     "candidate": cand.hash, "summary": summary, "forecast": forecast,
                     "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
                     **({"findings": node.findings} if node.findings is not None else {}),
-                    "wall_s": time.perf_counter() - t0, "gpu_seconds": self.budget.gpu_spent})
+                    "wall_s": wall, "gpu_seconds": self.budget.gpu_spent})
         return node
 
     def _teach_surrogate(self, cand: Candidate, node: Node, ev) -> None:
