@@ -110,6 +110,6 @@ if [ "$step" = ray ]; then
 fi
 
 if [ "$step" = tests ]; then
-  timeout "${TESTS_S:-560}" python3 -m pytest -m gpu tests -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+  timeout "${TESTS_S:-560}" python3 -m pytest -m gpu tests/test_gpu.py tests/test_gpu_profiling.py tests/test_kernels_*.py -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   tail -40 "$OUT/gpu_tests.log"
 fi

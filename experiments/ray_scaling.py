@@ -89,9 +89,11 @@ def run_sweep(device, work, store, threads: int, kill_after_s: float | None = No
                     ray.kill(call["actor"])
                     return
         threading.Thread(target=killer, daemon=True).start()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as ex:
         evs = list(ex.map(lambda pc: ladder.evaluate(pc[0], pc[1], up_to="quick_timing"), work))
+    # the driver's own CPU (all its threads, Ray's included): what bounds how many GPUs one driver can feed
+    fault["driver_cpu_s"] = round(time.process_time() - cpu0, 2)
     return evs, time.perf_counter() - t0, fault
 
 
@@ -157,6 +159,11 @@ def phase(name: str, args) -> dict:
                 evs, wall, fault = run_sweep(device, work, store, threads=4 * gpus,
                                              kill_after_s=args.kill_after_s if kind == "fault" else None)
                 rec.update(_tally(evs, wall, gpus))
+                rec["driver_cpu_s"] = fault.pop("driver_cpu_s")
+                comp = sorted(st.cost_s for ev in evs for st in ev.stages if st.name == "compile")
+                if comp:  # compile wall per candidate on its CPU actor: what bounds GPUs per compile core
+                    rec["compile_s"] = {"median": round(comp[len(comp) // 2], 3),
+                                        "mean": round(sum(comp) / len(comp), 3), "sum": round(sum(comp), 1)}
                 if kind == "fault":
                     frame = store.evaluations_frame()
                     killed = [ev for ev in evs if ev.stages and ev.stages[-1].data.get("executor_failure")]
@@ -165,8 +172,7 @@ def phase(name: str, args) -> dict:
                                                                                            for ev in evs},
                                     "failed_by_executor": [ev.stages[-1].reason for ev in killed],
                                     "actors_replaced": device._pool.replaced,
-                                    "finished_after_kill": sum(1 for ev in evs if ev.stages and
-                                                               ev.stages[-1].verdict == "pass")}
+                                    "passed": sum(1 for ev in evs if ev.stages and ev.stages[-1].verdict == "pass")}
                 by_node: dict = {}
                 for ev in evs:
                     for st in ev.stages:

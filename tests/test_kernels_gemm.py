@@ -186,6 +186,37 @@ def test_rendered_precision_and_static_stage():
     assert not [f for f in rec.flags if f["severity"] == "error"], rec.flags
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 100, 64), (100, 1, 64)])
+def test_split_k_compiles_for_sm90_with_unit_dims(tmp_path, shape):
+    """Triton passes an int argument equal to 1 as a constexpr: with M = N = 1 the split-K reduce kernel's plane
+    (= M * N) arrives as a plain int. The compile stage (sm_90, no GPU) must compile both kernels at such shapes;
+    the interpreter does not specialise, so only a compile for the real target shows it (found on the H200)."""
+    from workbench.devices.local import LocalDevice
+    from workbench.harness.records import PASS
+    from workbench.problems import Problem
+
+    M, N, K = shape
+    problem = Problem.load("matmul_fp16", [f"M={M}", f"N={N}", f"K={K}"])
+    spec = gemm.GemmSpec("float16", "float32")
+    r = gemm.render(spec, dict(gemm.default(spec), SPLIT_K=2), "mm")
+    model = textwrap.dedent("""\
+
+
+        class ModelNew(torch.nn.Module):
+            def forward(self, A, B):
+                return mm(A, B).to(torch.float16)
+        """)
+    cand = tmp_path / "split_k.py"
+    cand.write_text(HEADER + r.kernel_src + "\n\n" + r.launcher_src + model)
+    dev = LocalDevice("cpu")
+    try:
+        rec = dev.compile(problem, cand)
+    finally:
+        dev.close()
+    assert rec.verdict == PASS, rec.reason
+    assert sorted(k["kernel"] for k in rec.data["kernels"]) == ["mm_kernel", "mm_reduce"], rec.data["kernels"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Rendered kernels under the interpreter
 

@@ -275,7 +275,9 @@ def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
                       w = w_ptr + bz.to(tl.int64) * M * N + rm[:, None] * N + rn[None, :]
                       acc = tl.zeros((BM, BN), dtype=tl.float32)
                       for z in tl.static_range(SPLIT_K):
-                          acc += tl.load(w + z * plane.to(tl.int64), mask=mask, other=0.0)  # > 2**31 in all
+                          # int64 offsets (> 2**31 in all), via full(): a plane of 1 (M = N = 1)
+                          # reaches the kernel as a constexpr int, which has no .to()
+                          acc += tl.load(w + tl.full((), z, tl.int64) * plane, mask=mask, other=0.0)
                   """) + ep_code + "\n" + textwrap.dedent("""\
                       c = c_ptr + bz.to(tl.int64) * s_cb + rm[:, None] * s_cm + rn[None, :] * s_cn
                       tl.store(c, out.to(c_ptr.dtype.element_ty), mask=mask)
