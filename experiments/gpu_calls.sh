@@ -9,6 +9,7 @@
 # ray:     the Ray device's scaling (experiments/ray_scaling.py): the same candidates through 1 and 2 GPUs, a search
 #          on 1 and 2 GPUs, a GPU actor killed mid-run, and the same list through one LocalDevice.
 # tests:   every GPU-marked test on GPU 0.
+# final:   row_var_mean re-collected and re-benchmarked on GPU 1 (after its lowering changed), GPU tests on GPU 0.
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT"
@@ -112,4 +113,26 @@ fi
 if [ "$step" = tests ]; then
   timeout "${TESTS_S:-560}" python3 -m pytest -m gpu tests/test_gpu.py tests/test_gpu_profiling.py tests/test_kernels_*.py -q -rA -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   tail -40 "$OUT/gpu_tests.log"
+fi
+
+if [ "$step" = final ]; then
+  # GPU 1: row_var_mean under its new lowering (var_mean was a torch call): a dataset slice, whose new rows come back
+  # gzipped, then its suite-benchmark row from fresh candidates. GPU 0 meanwhile: the GPU tests named in $TESTS.
+  (
+    export CUDA_VISIBLE_DEVICES=1
+    mkdir -p /tmp/raw && cp results/dataset/raw/rows-gpu*.jsonl /tmp/raw/
+    wc -l /tmp/raw/rows-gpu0.jsonl | awk '{print $1}' > "$OUT/before0.txt"
+    timeout "${COLLECT_S:-150}" python3 experiments/collect_dataset.py row_var_mean --gpus 1 --per-problem "${PER:-60}" \
+      --compile-workers 12 --deadline-s "${DEADLINE_S:-110}" --out /tmp/raw > "$OUT/collect.log" 2>&1
+    tail -n +$(($(cat "$OUT/before0.txt") + 1)) /tmp/raw/rows-gpu0.jsonl | gzip > "$OUT/new-rows-rvm.jsonl.gz"
+    tail -1 /tmp/raw/runs.jsonl > "$OUT/run.json" 2>/dev/null
+    timeout "${BENCH_S:-150}" python3 experiments/bench_suite.py row_var_mean --candidates "${FRESH:-24}" \
+      --gpu-minutes 2 --compile-workers 12 --compile-modes default,max-autotune --gpu 0 --out "$OUT/suite_rvm" \
+      > "$OUT/bench_rvm.log" 2>&1
+  ) &
+  CUDA_VISIBLE_DEVICES=0 timeout "${TESTS_S:-320}" python3 -m pytest -m gpu ${TESTS:-tests/test_gpu.py} \
+    ${TESTS_K:+-k "$TESTS_K"} -v -rA --tb=short -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+  wait
+  grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu_tests.log" | tail -15
+  tail -3 "$OUT/collect.log" "$OUT/bench_rvm.log"
 fi

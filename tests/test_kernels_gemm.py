@@ -2,6 +2,7 @@
 the Triton interpreter (TRITON_INTERPRET=1, in subprocesses) on awkward shapes against float64 torch."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -130,6 +131,9 @@ def test_gemm_check_rejects():
     assert "tf32x3" in gemm.check(x3, dict(ok, BM=32, BN=64, BK=64, num_warps=4, num_stages=2))
     assert "tf32x3" in gemm.check(x3, dict(ok, BM=128, BN=128, BK=32, num_warps=4, num_stages=2))
     assert gemm.check(x3, dict(ok, BM=128, BN=64, BK=32, num_warps=4, num_stages=3)) is None
+    # operand tiles of 128+ elements per thread spill at unaligned shapes (results/kernels/spills.md)
+    assert "operand tile" in gemm.check(bf16, dict(ok, BM=128, BN=32, BK=128, num_warps=4, num_stages=3))
+    assert "operand tile" in gemm.check(tf32, dict(ok, BM=32, BN=256, BK=64, num_warps=4, num_stages=2))
     assert "dtype" in gemm.check(gemm.GemmSpec("int8", "int32"), ok)
     assert "precision" in gemm.check(gemm.GemmSpec("float32", "float32", precision="fast"), ok)
     bad_name = gemm.GemmSpec("bfloat16", "bfloat16", epilogue=Epilogue("acc", (EpilogueInput("acc", "col"),)))
@@ -151,6 +155,9 @@ def test_attention_check_rejects():
     assert "tf32x3" in attention.check(attention.AttentionSpec(128, "float32", False), ok)
     assert "tf32x3" in attention.check(attention.AttentionSpec(64, "float32", False), dict(ok, BLOCK_N=128))
     assert attention.check(attention.AttentionSpec(64, "float32", False), dict(ok, BLOCK_M=64)) is None
+    x3_spills = dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=2)  # spills on sm_90 (results/kernels)
+    assert "tf32x3 split" in attention.check(attention.AttentionSpec(64, "float32", False), x3_spills)
+    assert attention.check(attention.AttentionSpec(64, "bfloat16", False), x3_spills) is None
     nothing = attention.AttentionSpec(128, "float32", False, precision="ieee")
     assert not valid_space(attention, nothing) and attention.check(nothing, attention.default(nothing))
     assert "register" in attention.check(attention.AttentionSpec(128, "bfloat16", False),
@@ -186,35 +193,68 @@ def test_rendered_precision_and_static_stage():
     assert not [f for f in rec.flags if f["severity"] == "error"], rec.flags
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 100, 64), (100, 1, 64)])
-def test_split_k_compiles_for_sm90_with_unit_dims(tmp_path, shape):
-    """Triton passes an int argument equal to 1 as a constexpr: with M = N = 1 the split-K reduce kernel's plane
-    (= M * N) arrives as a plain int. The compile stage (sm_90, no GPU) must compile both kernels at such shapes;
-    the interpreter does not specialise, so only a compile for the real target shows it (found on the H200)."""
+def _compile_stage(tmp_path, problem, kernel_and_launcher: str, call: str):
     from workbench.devices.local import LocalDevice
-    from workbench.harness.records import PASS
-    from workbench.problems import Problem
 
-    M, N, K = shape
-    problem = Problem.load("matmul_fp16", [f"M={M}", f"N={N}", f"K={K}"])
-    spec = gemm.GemmSpec("float16", "float32")
-    r = gemm.render(spec, dict(gemm.default(spec), SPLIT_K=2), "mm")
-    model = textwrap.dedent("""\
+    model = textwrap.dedent(f"""\
 
 
         class ModelNew(torch.nn.Module):
             def forward(self, A, B):
-                return mm(A, B).to(torch.float16)
+                return {call}
         """)
-    cand = tmp_path / "split_k.py"
-    cand.write_text(HEADER + r.kernel_src + "\n\n" + r.launcher_src + model)
+    cand = tmp_path / "cand.py"
+    cand.write_text(HEADER + kernel_and_launcher + model)
     dev = LocalDevice("cpu")
     try:
-        rec = dev.compile(problem, cand)
+        return dev.compile(problem, cand)
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("shape", [(1, 100, 64), (100, 1, 64)])
+def test_split_k_compiles_for_sm90_with_unit_dims(tmp_path, shape):
+    """Triton passes an int argument equal to 1 as a constexpr, so M = 1 or N = 1 reach the split-K kernels as plain
+    ints; the compile stage (sm_90, no GPU) must still compile both. The interpreter does not specialise: only a
+    compile for the real target shows this."""
+    from workbench.harness.records import PASS
+    from workbench.problems import Problem
+
+    M, N, K = shape
+    spec = gemm.GemmSpec("float16", "float32")
+    r = gemm.render(spec, dict(gemm.default(spec), SPLIT_K=2), "mm")
+    rec = _compile_stage(tmp_path, Problem.load("matmul_fp16", [f"M={M}", f"N={N}", f"K={K}"]),
+                         r.kernel_src + "\n\n" + r.launcher_src, "mm(A, B).to(torch.float16)")
     assert rec.verdict == PASS, rec.reason
     assert sorted(k["kernel"] for k in rec.data["kernels"]) == ["mm_kernel", "mm_reduce"], rec.data["kernels"]
+
+
+def test_split_k_refused_on_a_one_element_output(tmp_path):
+    """With one output element the workspace plane is 1 and the reduce kernel does not compile (found on the H200):
+    the spec says so, split-K leaves the space, and what the proposer offers for such a problem compiles."""
+    from workbench.harness.records import PASS
+    from workbench.problems import Problem
+    from workbench.proposers.offline import OfflineProposer
+
+    one = gemm.GemmSpec("float16", "float32", single_output=True)
+    assert "one-element output" in gemm.check(one, dict(gemm.default(one), SPLIT_K=2))
+    assert all(c["SPLIT_K"] == 1 for c in valid_space(gemm, one))
+    r = gemm.render(gemm.GemmSpec("float16", "float32"), dict(gemm.default(one), SPLIT_K=2), "mm")
+    problem = Problem.load("matmul_fp16", ["M=1", "N=1", "K=64"])
+    rec = _compile_stage(tmp_path, problem, r.kernel_src + "\n\n" + r.launcher_src, "mm(A, B).to(torch.float16)")
+    assert rec.verdict != PASS and "mm_reduce" in rec.reason  # the reason the rule exists
+    prop = OfflineProposer(problem)
+    specs = [g.spec for g in prop.groups({}) if g.family == "gemm"]
+    assert specs and all(s.single_output for s in specs)
+    from workbench.devices.local import LocalDevice
+
+    dev = LocalDevice("cpu")
+    try:
+        for cand in prop.propose(3, seed=0):
+            rec = dev.compile(problem, cand.write())
+            assert rec.verdict == PASS, rec.reason
+    finally:
+        dev.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -329,10 +369,13 @@ def _gemm_cases(tmp: Path, device: str = "cpu") -> list[dict]:
         spec = gemm_spec(in_dt, out_dt, prec, batched, ep)
         configs = pick_configs(gemm, spec, gemm_size, extra=[{"SPLIT_K": 2}, {"SPLIT_K": 4, "GROUP_M": 1},
                                                              {"PERSISTENT": True, "GROUP_M": 8}])
+        one = dataclasses.replace(spec, single_output=True)
         for c, cfg in enumerate(configs):
             fn = f"gemm_{s}_{c}"
             path = _write_module(tmp, fn, gemm.render(spec, cfg, fn))
             for shape in shapes:
+                if not batched and shape[0] * shape[1] == 1 and gemm.check(one, cfg):
+                    continue  # split-K is not offered for a one-element output (test_split_k_refused_...)
                 cases.append(dict(id=f"{fn} {spec} {cfg} {shape}", family="gemm", path=path, fn=fn, shape=shape,
                                   in_dtype=in_dt, out_dtype=out_dt, batched=batched, layout=layout,
                                   inputs=[(i.name, i.kind) for i in (spec.epilogue.inputs if spec.epilogue else ())],

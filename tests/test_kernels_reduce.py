@@ -123,7 +123,8 @@ def run_row(case, f, g):
             ref_v = v.to(ref_dtype) if torch.is_tensor(v) else v
             env[inp["name"]] = ref_v[..., None] if inp["kind"] == "row" else ref_v
         ref_x = eval(pro["expr"], {}, env)
-    out = f(*dev(args)).cpu()
+    out = f(*dev(args))
+    out = torch.stack([o.cpu() for o in out]) if isinstance(out, tuple) else out.cpu()  # var_mean: (var, mean)
     wd = None if w is None else w.double()
     bd = None if b is None else b.double()
     if op == "softmax":
@@ -144,6 +145,8 @@ def run_row(case, f, g):
         ref, want = ref_x.amax(-1), dt
     elif op == "var":
         ref, want = torch.var(ref_x, -1, correction=s["correction"]), dt
+    elif op == "var_mean":
+        ref, want = torch.stack(torch.var_mean(ref_x, -1, correction=s["correction"], keepdim=s["keepdim"])), dt
     elif op == "argmax":
         ref, want = torch.argmax(ref_x, -1), torch.int64
     elif op == "cross_entropy":
@@ -280,6 +283,8 @@ def _row_cases() -> list[Case]:
             variants = [{"has_weight": True}, {}]
         elif op == "var":
             variants = [{"correction": 1}, {"correction": 0}]
+        elif op == "var_mean":
+            variants = [{"correction": 1}, {"correction": 0, "keepdim": True}]
         elif op == "cross_entropy":
             variants = [{}, {"reduction": "mean"}, {"reduction": "mean", "ignore_index": -100}]
         for vi, var in enumerate(variants):
@@ -300,7 +305,8 @@ def _row_cases() -> list[Case]:
                 if op != "cross_entropy":
                     add(op, spec, pick_configs(fam, spec, n_random=1), shape, neginf=True)
     # wider rows: several chunks for the loop strategy
-    for op in ("softmax", "log_softmax", "layernorm", "rmsnorm", "var", "argmax", "cross_entropy", "sum", "max"):
+    for op in ("softmax", "log_softmax", "layernorm", "rmsnorm", "var", "var_mean", "argmax", "cross_entropy", "sum",
+               "max"):
         spec = R.RowSpec(op, 3000, "float32", has_weight=op in ("layernorm", "rmsnorm"), has_bias=op == "layernorm")
         loop = [c for c in valid_space(fam, spec) if c["strategy"] == "loop"]
         configs = [loop[0], loop[-1]] + random.Random(SEED).sample(loop, 2)

@@ -71,6 +71,20 @@ UNSEEN = {
         def get_init_inputs():
             return [d_in, d_out]
     ''',
+    # var_mean with keepdim and biased variance, in bf16, both outputs used afterwards (a hand-written normalisation)
+    "var_mean_keepdim": '''
+        import torch
+        import torch.nn as nn
+        B, T, C = 2, 3, 300
+        class Model(nn.Module):
+            def forward(self, x):
+                var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+                return (x - mean) * torch.rsqrt(var + 1e-5), mean.squeeze(-1)
+        def get_inputs():
+            return [torch.randn(B, T, C).to(torch.bfloat16)]
+        def get_init_inputs():
+            return []
+    ''',
     # shape-dependent Python in forward (unpacking x.size()), a 3-D layer norm and a reduction
     "norm_reduce": '''
         import torch

@@ -8,7 +8,10 @@ import triton.language as tl
 def _bad(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
-    tl.store(out_ptr + offs * 1048576 * 64, x)  # no mask, stride far past the allocation
+    # no mask, and a stride of 2**40 elements (4 TiB): past the end of the GPU's memory, so no element can land in
+    # another live allocation. (A 256 MiB stride did, once earlier tests had grown the allocator's pool: the write hit
+    # the input and the harness reported "input mutated" instead of a broken context; seen on the H200.)
+    tl.store(out_ptr + offs.to(tl.int64) * (1 << 40), x)
 
 
 class ModelNew(torch.nn.Module):

@@ -30,6 +30,11 @@ LOG2E = 1.4426950408889634
 # Registers per thread for the fp32 accumulator [BLOCK_M, D], the scores [BLOCK_M, BLOCK_N] (fp32 and as p in the
 # input dtype) and the q tile: 768 bytes is 192 of the 255 registers a thread can hold.
 REG_BYTES_PER_THREAD = 768
+# fp32 tf32x3: the accumulator [BLOCK_M, D] plus the scores [BLOCK_M, BLOCK_N] and the k/v block [BLOCK_N, D], the last
+# two twice (hi and lo tf32 parts), in fp32 values per thread; 160 or more spills (measured on sm_90 at D 32 and 64:
+# experiments/spill_study.py, results/kernels/spills.md). The check's reason starts with SPILL_RULE_PREFIX.
+X3_VALUES_PER_THREAD = 160
+SPILL_RULE_PREFIX = "fp32 tf32x3 split operands"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +107,10 @@ def check(spec: AttentionSpec, config: dict[str, Any]) -> str | None:
                f"> {REG_BYTES_PER_THREAD}: register spills"
     if bm * bn < threads * 16:
         return f"score tile {bm}x{bn} is too small for {warps} warps"
+    x3_values = (bm * d + 2 * (bm * bn + bn * d)) // threads
+    if prec == "tf32x3" and x3_values >= X3_VALUES_PER_THREAD:  # keep last: SPILL_RULE_PREFIX
+        return f"fp32 tf32x3 split operands: accumulator, and scores and k/v block in hi and lo parts, are " \
+               f"{x3_values} values per thread over {warps} warps (>= {X3_VALUES_PER_THREAD}: register spills)"
     return None
 
 

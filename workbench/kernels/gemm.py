@@ -40,6 +40,12 @@ ACC_BYTES_PER_THREAD = 512
 IEEE_MAX_BK = 32
 IEEE_ACC_BYTES_PER_THREAD = 256
 X3_ACC_BYTES_PER_THREAD = 256
+# Operand tiles: where Triton cannot prove a stride a multiple of 16 elements (awkward shapes such as K = 200), the K
+# loop's loads are not vectorised and stage through registers with a pointer per element; an A (BM x BK) or B
+# (BK x BN) tile of 128 or more elements per thread then spills (measured on sm_90: experiments/spill_study.py,
+# results/kernels/spills.md). The check's reason starts with SPILL_RULE_PREFIX (the study samples the space without it).
+OPERAND_ELEMS_PER_THREAD = 128
+SPILL_RULE_PREFIX = "operand tile"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +55,10 @@ class GemmSpec:
     batched: bool = False         # [B, M, K] x [B, K, N] (batch stride 0 broadcasts)
     precision: str = "ieee"       # fp32 inputs: "ieee" (fp32-accurate), "tf32", "tf32x3"; ignored for 16-bit inputs
     epilogue: Epilogue | None = None
+    # the whole output is one element: split-K's workspace plane (B*M*N) is then 1, which Triton passes to the reduce
+    # kernel as a constexpr int, and the kernel's int64 offset (plane.to) does not compile; split-K is refused there
+    # (the template text is kept as it was measured: the shipped H200 data is matched by source hash)
+    single_output: bool = False
 
 
 def space(spec: GemmSpec) -> list[dict[str, Any]]:
@@ -103,6 +113,8 @@ def check(spec: GemmSpec, config: dict[str, Any]) -> str | None:
         return "num_warps must be a power of two up to 16, num_stages, SPLIT_K and GROUP_M at least 1"
     if split > 1 and config["PERSISTENT"]:
         return "SPLIT_K > 1 is not combined with the persistent variant"
+    if split > 1 and spec.single_output:
+        return "SPLIT_K > 1 on a one-element output: nothing to split over, and its reduce kernel does not compile"
     nbytes = DTYPE_BYTES[spec.in_dtype]
     x3 = spec.in_dtype == "float32" and spec.precision == "tf32x3"
     # Pipeline buffers (tf32x3 keeps split operands too: up to 1.3x, measured), and the fp32 accumulator tile that
@@ -135,6 +147,10 @@ def check(spec: GemmSpec, config: dict[str, Any]) -> str | None:
         if acc > IEEE_ACC_BYTES_PER_THREAD:
             return f"fp32 ieee dot: accumulator {acc} bytes per thread > {IEEE_ACC_BYTES_PER_THREAD} " \
                    "(operands also live in registers)"
+    operand = max(bm * bk, bk * bn) // threads
+    if operand >= OPERAND_ELEMS_PER_THREAD:  # keep last: SPILL_RULE_PREFIX
+        return f"operand tile {bm}x{bk} / {bk}x{bn} has {operand} elements per thread over {warps} warps " \
+               f"(>= {OPERAND_ELEMS_PER_THREAD}: its loads stage through registers and spill at unaligned shapes)"
     return None
 
 
@@ -275,9 +291,7 @@ def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
                       w = w_ptr + bz.to(tl.int64) * M * N + rm[:, None] * N + rn[None, :]
                       acc = tl.zeros((BM, BN), dtype=tl.float32)
                       for z in tl.static_range(SPLIT_K):
-                          # int64 offsets (> 2**31 in all), via full(): a plane of 1 (M = N = 1)
-                          # reaches the kernel as a constexpr int, which has no .to()
-                          acc += tl.load(w + tl.full((), z, tl.int64) * plane, mask=mask, other=0.0)
+                          acc += tl.load(w + z * plane.to(tl.int64), mask=mask, other=0.0)  # > 2**31 in all
                   """) + ep_code + "\n" + textwrap.dedent("""\
                       c = c_ptr + bz.to(tl.int64) * s_cb + rm[:, None] * s_cm + rn[None, :] * s_cn
                       tl.store(c, out.to(c_ptr.dtype.element_ty), mask=mask)

@@ -48,8 +48,9 @@ ELEMS_PER_THREAD = 128
 NORM_ELEMS_PER_THREAD = 64
 MAX_TILE = 16384  # elements of a multi-row tile
 
-ROW_OPS = ("softmax", "log_softmax", "layernorm", "rmsnorm", "sum", "max", "mean", "var", "argmax",
+ROW_OPS = ("softmax", "log_softmax", "layernorm", "rmsnorm", "sum", "max", "mean", "var", "var_mean", "argmax",
            "cross_entropy", "logsumexp")
+WELFORD_OPS = ("layernorm", "var", "var_mean")  # (mean, M2) statistics
 NORM_OPS = ("softmax", "log_softmax", "layernorm", "rmsnorm")  # output has x's shape
 ONLINE_OPS = ("softmax", "log_softmax", "logsumexp", "cross_entropy")  # (max, sum exp) statistics
 PROLOGUE_KINDS = ("full", "col", "row", "scalar")
@@ -182,7 +183,8 @@ class RowSpec:
 
     op: one of ROW_OPS. eps: layernorm / rmsnorm. has_weight: per-column scale (layernorm, rmsnorm); has_bias:
     per-column shift (layernorm). correction: var's divisor is n_cols - correction (torch.var: 1 unbiased, 0
-    biased). reduction: cross_entropy only, "none" (per-row fp32 loss) or "mean". ignore_index: cross_entropy only;
+    biased). var_mean returns (var, mean) from one pass, like torch.var_mean; keepdim (var_mean only: the other ops
+    get their keepdim from the caller) keeps the reduced dimension as size 1. reduction: cross_entropy only, "none" (per-row fp32 loss) or "mean". ignore_index: cross_entropy only;
     None: every target counts (mean = out.mean()); an int: those rows get loss 0 and the mean divides by the rest.
     prologue: elementwise expression applied to each loaded element (see the module docstring).
     """
@@ -196,6 +198,7 @@ class RowSpec:
     correction: int = 1
     reduction: str = "none"
     ignore_index: int | None = None
+    keepdim: bool = False
 
 
 def _row_spec_problem(spec: RowSpec) -> str | None:
@@ -213,6 +216,8 @@ def _row_spec_problem(spec: RowSpec) -> str | None:
         return f"reduction {spec.reduction!r} only 'none', or 'mean' for cross_entropy"
     if spec.ignore_index is not None and spec.op != "cross_entropy":
         return "ignore_index only for cross_entropy"
+    if spec.keepdim and spec.op != "var_mean":
+        return "keepdim only for var_mean (two outputs); other ops unsqueeze their one output"
     return _Prologue(spec.prologue).problem()
 
 
@@ -283,7 +288,7 @@ class RowReduceFamily:
 
     def _kernel(self, spec: RowSpec, config: dict[str, Any], name: str) -> str:
         op, pro = spec.op, _Prologue(spec.prologue)
-        params = ["x_ptr", "out_ptr"]
+        params = ["x_ptr", "out_ptr"] + (["mean_ptr"] if op == "var_mean" else [])
         if op == "cross_entropy":
             params.append("tgt_ptr")
         if spec.has_weight:
@@ -291,7 +296,7 @@ class RowReduceFamily:
         if spec.has_bias:
             params.append("b_ptr")
         params += pro.kernel_params() + ["n_rows", "n_cols", "stride_x"]
-        if op == "var":
+        if op in ("var", "var_mean"):
             params.append("var_div")
         params += ["BLOCK: tl.constexpr", "ROWS: tl.constexpr"]
 
@@ -321,8 +326,16 @@ class RowReduceFamily:
         return out
 
     @staticmethod
-    def _store_row_value(value: str) -> list[str]:
-        return [f"tl.store(out_ptr + rows, {value}.to(out_ptr.dtype.element_ty), mask=row_mask)"]
+    def _store_row_value(value: str, ptr: str = "out_ptr") -> list[str]:
+        return [f"tl.store({ptr} + rows, {value}.to({ptr}.dtype.element_ty), mask=row_mask)"]
+
+    @staticmethod
+    def _store_welford(op: str) -> list[str]:
+        """var: M2 / divisor; var_mean: that and the mean, from the same statistics."""
+        lines = RowReduceFamily._store_row_value("(m2 / var_div)")
+        if op == "var_mean":
+            lines += RowReduceFamily._store_row_value("mean", "mean_ptr")
+        return lines
 
     @staticmethod
     def _store_tile() -> list[str]:
@@ -356,12 +369,12 @@ class RowReduceFamily:
             else:
                 lines += ["lse = m + tl.log(l)",
                           "xt = tl.sum(tl.where(cols == tgt[:, None], acc, 0.0), axis=1)"] + self._ce_finish(spec)
-        elif op in ("layernorm", "var"):
+        elif op in WELFORD_OPS:
             lines += ["mean = tl.sum(acc, axis=1) / n_cols",
                       "d = tl.where(mask, acc - mean[:, None], 0.0)",
                       "m2 = tl.sum(d * d, axis=1)"]
-            if op == "var":
-                lines += self._store_row_value("(m2 / var_div)")
+            if op != "layernorm":
+                lines += self._store_welford(op)
             else:
                 lines += [f"rstd = 1.0 / tl.sqrt(m2 / n_cols + {eps})", "y = d * rstd[:, None]"]
                 lines += self._affine(spec) + self._store_tile()
@@ -409,7 +422,7 @@ class RowReduceFamily:
                 lines += self._store_row_value("lse")
             else:
                 lines += self._ce_finish(spec)
-        elif op in ("layernorm", "var"):
+        elif op in WELFORD_OPS:
             # Chan et al.: merge each chunk's (count, mean, M2) into the running one
             lines += ["mean = tl.zeros([ROWS], tl.float32)",
                       "m2 = tl.zeros([ROWS], tl.float32)",
@@ -423,8 +436,8 @@ class RowReduceFamily:
                                   "mean += delta * frac",
                                   "m2 += tl.sum(d * d, axis=1) + delta * delta * count * frac",
                                   "count = tot"])
-            if op == "var":
-                lines += self._store_row_value("(m2 / var_div)")
+            if op != "layernorm":
+                lines += self._store_welford(op)
             else:
                 lines += [f"rstd = 1.0 / tl.sqrt(m2 / n_cols + {eps})"]
                 lines += loop(None, ["y = (acc - mean[:, None]) * rstd[:, None]"] + self._affine(spec)
@@ -483,11 +496,15 @@ class RowReduceFamily:
                 result = "out.mean()"
             else:
                 result = f"out.sum() / (targets != {int(spec.ignore_index)}).sum()"
+        elif op == "var_mean":
+            body += ["out = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)",
+                     "mean = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)"]
+            result = "(out.unsqueeze(-1), mean.unsqueeze(-1))" if spec.keepdim else "(out, mean)"
         else:
             body += ["out = torch.empty(x.shape[:-1], dtype=x.dtype, device=x.device)"]
             result = "out"
         body += ["if n_rows == 0:", f"    return {result}"]
-        args = ["x2", "out"]
+        args = ["x2", "out"] + (["mean"] if op == "var_mean" else [])
         if op == "cross_entropy":
             body.append("targets = targets.reshape(-1).contiguous()")
             args.append("targets")
@@ -499,7 +516,7 @@ class RowReduceFamily:
             args.append("bias")
         body += pro.launcher_prep()
         args += pro.launch_args() + ["n_rows", "n_cols", "x2.stride(0)"]
-        if op == "var":
+        if op in ("var", "var_mean"):
             args.append(f"float(max(n_cols - {int(spec.correction)}, 0))")
         kw = [f"BLOCK={config['BLOCK']}", f"ROWS={rows}", f"num_warps={config['num_warps']}"]
         if config["strategy"] == "loop":

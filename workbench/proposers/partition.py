@@ -30,7 +30,8 @@ aten = torch.ops.aten
 GEMM_OPS = {aten.mm.default, aten.addmm.default, aten.bmm.default}
 ROW_OPS = {aten._softmax.default: "softmax", aten._log_softmax.default: "log_softmax",
            aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "max",
-           aten.argmax.default: "argmax", aten.var.correction: "var", aten.logsumexp.default: "logsumexp",
+           aten.argmax.default: "argmax", aten.var.correction: "var", aten.var_mean.correction: "var_mean",
+           aten.logsumexp.default: "logsumexp",
            aten.native_layer_norm.default: "layernorm", aten.cumsum.default: "cumsum"}
 DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -233,7 +234,8 @@ class Partitioner:
         if out_dtype not in DTYPE:
             return None
         epilogue = None if expr == "acc" else Epilogue(expr, tuple(epi_inputs))
-        spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue)
+        spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue,
+                        single_output=val(result).numel() == 1)
         return Group(gid, "gemm", result, nodes, args, spec, fused_epilogue=fused)
 
     # ---- memory movement ----
@@ -464,9 +466,17 @@ class Partitioner:
                 return None
             if op in ("sum", "mean") and b.get("dtype") not in (None, vx.dtype):
                 return None
-            if op == "var":
+            if op in ("var", "var_mean"):
                 corr = b.get("correction")
-                spec = red.RowSpec("var", n_cols, DTYPE[vx.dtype], correction=1 if corr is None else int(corr))
+                corr = 1 if corr is None else corr
+                if float(corr) != int(corr):
+                    return None
+                # var_mean's two outputs come back as one tuple (the getitems after it index it); keepdim is the
+                # launcher's, since a tuple cannot take the group's .unsqueeze(-1)
+                keep = op == "var_mean" and bool(b.get("keepdim"))
+                spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype], correction=int(corr), keepdim=keep)
+                if keep:
+                    return Group(gid, "row", node, [node], args, spec)
             else:
                 spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype])
             if b.get("keepdim"):
