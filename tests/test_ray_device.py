@@ -5,6 +5,7 @@ Not skipped when ray is missing: CI installs it (the `test` extra), so a failed 
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -181,3 +182,30 @@ def test_get_device_ray_spec(monkeypatch):
     local.close()
     monkeypatch.setenv("WORKBENCH_RAY_ADDRESS", "10.0.0.1:6379")
     assert rd.resolve_address(None) == "10.0.0.1:6379" and rd.resolve_address("auto") == "auto"
+
+
+def test_search_spreads_a_step_over_the_pool(device, tmp_path):
+    """`Search` on the Ray device, unchanged: a step's candidates are evaluated on both actors at once (slots = 2),
+    and every evaluation is stored by the driver."""
+    from workbench.search import Search
+
+    assert device.slots == 2
+    t_end = time.monotonic() + 120
+    while device.ready_slots() < 2 and time.monotonic() < t_end:  # an actor killed by an earlier test restarts
+        time.sleep(0.5)
+    assert device.ready_slots() == 2
+    problem = Problem.load("scale_shift_relu", ["batch_size=16", "dim=1024"])
+    store = Store(tmp_path / "search.sqlite")
+    s = Search(problem, device, per_step=4, seed=0, store=store)
+    s.run(steps=2)
+    nodes = list(s.tree.nodes.values())
+    assert len(nodes) >= 3  # the root, then a step of several children
+    for n in nodes:  # timing is refused on the CPU kind; correctness ran on an actor and passed
+        assert n.status == "refused" and n.stage == "quick_timing", (n.status, n.stage, n.reason)
+    frame = store.evaluations_frame()
+    assert len(frame) == len(nodes)
+    hosts = set()
+    for stages in frame["stages"]:
+        hosts |= {st["data"].get("ray_node") for st in json.loads(stages) if st["name"] == "correctness"}
+    assert len(hosts) == 2  # both actors (one per node) measured
+    store.close()

@@ -279,6 +279,11 @@ class RayDevice:
         """Evaluations that run at once (the pool's actors): a search measures that many of a step together."""
         return len(self._pool.actors)
 
+    def ready_slots(self) -> int:
+        """Actors started and serving now (a replaced actor counts again once its workers are up)."""
+        with self._pool.cond:
+            return len(self._pool.meta)
+
     @property
     def name(self) -> str:
         return self._identity["name"]
