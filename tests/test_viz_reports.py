@@ -160,10 +160,10 @@ def test_suite_info_on_the_shipped_dataset():
 
     full, problems = load("full"), load("problems")
     info = viz.get_suite_info(full, problems)
-    # the dataset's SUMMARY.md: 31 problems, geo-means 1.484x eager and 0.962x torch.compile, latest timing stands
+    # the dataset's SUMMARY.md: 31 problems, geo-means 1.503x eager and 0.971x torch.compile, latest timing stands
     assert len(info) == 31 and not info.failed and len(set(info.problems)) == 31
-    assert info.geomean_vs_eager == pytest.approx(1.4838, abs=5e-4)
-    assert info.geomean_vs_compile == pytest.approx(0.9619, abs=5e-4)
+    assert info.geomean_vs_eager == pytest.approx(1.5029, abs=5e-4)
+    assert info.geomean_vs_compile == pytest.approx(0.9710, abs=5e-4)
     assert info.speedup_vs_eager == sorted(info.speedup_vs_eager, reverse=True)
     i = info.problems.index("cross_entropy")
     assert info.speedup_vs_eager[i] == pytest.approx(3.2499, abs=1e-4)
@@ -237,11 +237,11 @@ def test_suite_info_on_the_shipped_benchmark(tmp_path):
 
     full, problems = reports.suite_benchmark_data()
     info = viz.get_suite_info(full, problems, sort_by="problem")
-    # results/suite/README.md: 34 problems, geo-means 1.514x eager, 1.010x torch.compile, 1.653x max-autotune
+    # results/suite/README.md: 34 problems, geo-means 1.530x eager, 1.018x torch.compile, 1.670x max-autotune
     assert len(info) == 34 and not info.failed
-    assert info.geomean_vs_eager == pytest.approx(1.514, abs=5e-4)
-    assert info.geomean_vs_compile == pytest.approx(1.010, abs=5e-4)
-    assert info.geomean_vs_max_autotune == pytest.approx(1.653, abs=5e-4)
+    assert info.geomean_vs_eager == pytest.approx(1.530, abs=5e-4)
+    assert info.geomean_vs_compile == pytest.approx(1.018, abs=5e-4)
+    assert info.geomean_vs_max_autotune == pytest.approx(1.670, abs=5e-4)
     assert "vs max-autotune" in info.text() and "speedup_vs_max_autotune" in info.frame().columns
     assert all(b in ("memory", "compute") for b in info.bound)  # floors joined from the dataset's problems
     with pytest.raises(FileNotFoundError, match="no suite benchmark rows"):
