@@ -73,7 +73,9 @@ def _tally(evs, wall_s: float, gpus: int) -> dict:
             "timed_out": sum(1 for r in last if "timed out" in (r.reason or ""))}
 
 
-def run_sweep(device, work, store, threads: int, kill_after_s: float | None = None) -> tuple[list, float, dict]:
+def run_sweep(device, work, store, threads: int,
+              kill_after_s: float | None = None) -> tuple[list, float, float, dict]:
+    """(evaluations, wall seconds, the driver's CPU seconds, what the killer did)."""
     from workbench.harness.ladder import Ladder
 
     ladder = Ladder(device, store=store)
@@ -93,8 +95,7 @@ def run_sweep(device, work, store, threads: int, kill_after_s: float | None = No
     with ThreadPoolExecutor(threads) as ex:
         evs = list(ex.map(lambda pc: ladder.evaluate(pc[0], pc[1], up_to="quick_timing"), work))
     # the driver's own CPU (all its threads, Ray's included): what bounds how many GPUs one driver can feed
-    fault["driver_cpu_s"] = round(time.process_time() - cpu0, 2)
-    return evs, time.perf_counter() - t0, fault
+    return evs, time.perf_counter() - t0, time.process_time() - cpu0, fault
 
 
 def phase(name: str, args) -> dict:
@@ -156,10 +157,9 @@ def phase(name: str, args) -> dict:
                 rec.update(candidates=n, wall_s=round(w, 1), cand_per_min=round(60 * n / w, 1))
             else:
                 work = workload(args.problems, args.per_problem if kind == "sweep" else args.fault_per_problem)
-                evs, wall, fault = run_sweep(device, work, store, threads=4 * gpus,
-                                             kill_after_s=args.kill_after_s if kind == "fault" else None)
-                rec.update(_tally(evs, wall, gpus))
-                rec["driver_cpu_s"] = fault.pop("driver_cpu_s")
+                evs, wall, driver_cpu, fault = run_sweep(device, work, store, threads=4 * gpus,
+                                                         kill_after_s=args.kill_after_s if kind == "fault" else None)
+                rec.update(_tally(evs, wall, gpus), driver_cpu_s=round(driver_cpu, 2))
                 comp = sorted(st.cost_s for ev in evs for st in ev.stages if st.name == "compile")
                 if comp:  # compile wall per candidate on its CPU actor: what bounds GPUs per compile core
                     rec["compile_s"] = {"median": round(comp[len(comp) // 2], 3),

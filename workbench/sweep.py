@@ -467,9 +467,14 @@ def _ray_targets(specs: list[RunSpec], defaults: dict[str, Any]) -> dict[str, st
 def _ray_envs(targets: dict[str, str], jobs: int) -> dict[str, dict[str, str]]:
     """run id -> its WORKBENCH_RAY_SHARE: at most `jobs` of the runs on one cluster run at once, so each takes that
     part of it (a value set in this environment wins: it may know of other sweeps on the cluster)."""
-    user = os.environ.get("WORKBENCH_RAY_SHARE", "").strip()
-    if targets and user and not (user.isdigit() and int(user) >= 1):
-        raise SweepError(f"WORKBENCH_RAY_SHARE must be an integer >= 1, got {user!r}")
+    user = ""
+    if targets and os.environ.get("WORKBENCH_RAY_SHARE", "").strip():
+        from .devices.ray_device import ray_share  # the device's own reading of it (ray itself is not imported)
+
+        try:
+            user = str(ray_share())
+        except ValueError as e:
+            raise SweepError(str(e)) from e
     on = list(targets.values())
     return {rid: {"WORKBENCH_RAY_SHARE": user or str(min(jobs, on.count(t)))} for rid, t in targets.items()}
 

@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
+from ..harness.records import REFUSED
 from ..problems.problem import Problem
 from ..candidate import Candidate
 from ..proposers.offline import Choice, OfflineProposer
@@ -179,8 +180,9 @@ class Search:
     def _candidate(self, payload: Choice | Candidate) -> Candidate:
         return payload if isinstance(payload, Candidate) else self.proposer.render(payload)
 
-    def _add_node(self, parent: int | None, move: str, payload: Choice | Candidate) -> tuple[Node, Candidate]:
-        cand = self._candidate(payload)
+    def _add_node(self, parent: int | None, move: str, payload: Choice | Candidate,
+                  cand: Candidate | None = None) -> tuple[Node, Candidate]:
+        cand = cand or self._candidate(payload)
         if isinstance(payload, Candidate):  # an LLM-written module, evaluated as written
             return self.tree.add(parent, move, None, cand.hash, source=cand.source), cand
         return self.tree.add(parent, move, payload, cand.hash), cand
@@ -225,24 +227,31 @@ class Search:
 
         def run(cand: Candidate):
             if self.budget.exhausted():
-                return None, 0.0
+                return None
             t0 = time.perf_counter()
-            return self.ladder.evaluate(self.problem, cand), time.perf_counter() - t0
+            ev = self.ladder.evaluate(self.problem, cand)
+            last = ev.stages[-1] if ev.stages else None
+            if last is not None and last.verdict == REFUSED and last.data.get("retry") and self.budget.exhausted():
+                return None  # the budget ran out while it compiled (another GPU's charge): as if never started
+            return cand, ev, time.perf_counter() - t0
 
         with ThreadPoolExecutor(min(slots, len(items))) as ex:
             done = list(ex.map(run, cands))
-        return [self._evaluate(parent, move, payload, forecast, measured=(ev, wall))
-                for (parent, move, payload, forecast), (ev, wall) in zip(items, done) if ev is not None]
+        return [self._evaluate(parent, move, payload, forecast, measured=m)
+                for (parent, move, payload, forecast), m in zip(items, done) if m is not None]
 
     def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate,
                   forecast: dict[str, Any] | None = None, measured: tuple | None = None) -> Node:
-        """Add the node and climb the ladder (or take `measured`: an (evaluation, wall seconds) already run)."""
-        node, cand = self._add_node(parent, move, payload)
+        """Add the node and climb the ladder (or take `measured`: (candidate, evaluation, wall seconds) already run)."""
+        node, cand = self._add_node(parent, move, payload, measured[0] if measured else None)
         choice = None if isinstance(payload, Candidate) else payload
         node.forecast = forecast
-        t0 = time.perf_counter()
-        ev, wall = measured if measured is not None else (self.ladder.evaluate(self.problem, cand), None)
-        wall = time.perf_counter() - t0 if wall is None else wall
+        if measured is None:
+            t0 = time.perf_counter()
+            ev = self.ladder.evaluate(self.problem, cand)
+            wall = time.perf_counter() - t0
+        else:
+            _, ev, wall = measured
         summary = {k: v for k, v in ev.summary().items() if k != "stages"}
         self.summaries[node.nid] = summary
         self._apply(node, ev.summary())
