@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.candidate import Candidate  # noqa: E402
+from workbench.core.candidate import Candidate  # noqa: E402
 from workbench.devices.local import LocalDevice  # noqa: E402
 from workbench.examples import EXAMPLES  # noqa: E402
 from workbench.harness.ladder import Ladder  # noqa: E402

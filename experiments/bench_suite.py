@@ -38,7 +38,7 @@ from workbench.proposers.offline import OfflineProposer  # noqa: E402
 
 def floor_bound(problem) -> str | None:
     """Which term of the roofline floor dominates on the H200's measured ceilings ("memory" or "compute")."""
-    from workbench.devices import ceilings
+    from workbench.core import ceilings
     from workbench.problems.analysis import count, roofline_floor
 
     c = ceilings.load("NVIDIA H200")
@@ -50,7 +50,8 @@ def floor_bound(problem) -> str | None:
 def dataset_pool(problem, k: int) -> tuple[list, float]:
     """The k fastest regenerating candidates of the problem in the shipped dataset, and the GPU-seconds the dataset
     spent measuring all of the problem's candidates (the search that found them)."""
-    from workbench.store.dataset import DatasetMissing, DatasetSources, load
+    from workbench.proposers.recorded import DatasetSources
+from workbench.store.dataset import DatasetMissing, load
 
     try:
         df = load("candidates")

@@ -80,7 +80,7 @@ def candidate_row(r: dict) -> dict:
 
 
 def problem_rows(rows: list[dict], cands) -> list[dict]:
-    from workbench.devices import ceilings
+    from workbench.core import ceilings
     from workbench.problems import Problem
     from workbench.problems.analysis import count, roofline_floor
 
@@ -185,7 +185,7 @@ def main() -> None:
             "sampling": "OfflineProposer.sample(per_problem, seed=0): the default point, then seeded random points "
                         "(fusion choices and configurations); the sample is prefix-stable, so slices with a larger "
                         "per-problem count extend earlier ones",
-            "correctness_seeds": 3, "timing": "quick_timing fidelity (workbench.harness.timing.FIDELITY)",
+            "correctness_seeds": 3, "timing": "quick_timing fidelity (workbench.harness.child.timing.FIDELITY)",
             "sources": "not stored: choice_json renders the source through OfflineProposer.render; `regenerates` "
                        "says whether it still does"}
     (out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))

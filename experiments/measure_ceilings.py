@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workbench.devices.ceilings import slug  # noqa: E402
+from workbench.core.ceilings import slug  # noqa: E402
 
 
 def timed(fn, reps: int, warmup: int = 3) -> float:

@@ -26,7 +26,8 @@ def targets(name: str) -> list[tuple[str, object, float | None]]:
     """(label, candidate, measured ms or None) to profile for one problem."""
     from workbench.problems import Problem
     from workbench.proposers.offline import OfflineProposer
-    from workbench.store.dataset import DatasetSources, load
+    from workbench.proposers.recorded import DatasetSources
+    from workbench.store.dataset import load
 
     problem = Problem.load(name)
     prop = OfflineProposer(problem)

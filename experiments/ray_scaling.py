@@ -61,7 +61,7 @@ def _ray_device(gpus: int, compile_workers: int, kind: str):
 
 
 def _tally(evs, wall_s: float, gpus: int) -> dict:
-    from workbench.harness.records import PASS
+    from workbench.core.records import PASS
 
     gpu_s = sum(s.gpu_s for ev in evs for s in ev.stages)
     last = [ev.stages[-1] for ev in evs if ev.stages]

@@ -225,7 +225,7 @@ def main() -> None:
         from workbench.surrogates import SelectivePolicy
 
         if args.surrogate == "roofline":
-            from workbench.devices import ceilings
+            from workbench.core import ceilings
             from workbench.surrogates import RooflineSurrogate
 
             return RooflineSurrogate(ceilings.load("NVIDIA H200")), SelectivePolicy(tau=1.01, seed=0)

@@ -122,7 +122,7 @@ def _init_worker(cache_dir: str):
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from workbench.harness.compile import _StandInDriver
+    from workbench.harness.child.compile_probe import _StandInDriver
 
     driver.set_active(_StandInDriver(90))
     orig = JITFunction.run
@@ -138,7 +138,7 @@ def compile_job(job: dict) -> dict:
 
     import torch
 
-    from workbench.harness.compile import ptx_facts, resource_usage
+    from workbench.harness.child.compile_probe import ptx_facts, resource_usage
 
     fam = gemm if job["family"] == "gemm" else attention
     spec = spec_from(job["family"], job["spec"])

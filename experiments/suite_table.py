@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workbench.devices import ceilings  # noqa: E402
+from workbench.core import ceilings  # noqa: E402
 from workbench.problems import Problem, builtin_names  # noqa: E402
 from workbench.problems.analysis import count, roofline_floor  # noqa: E402
 

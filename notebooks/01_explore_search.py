@@ -28,12 +28,13 @@ budget_gpu_s = 0.0  # a GPU-seconds limit (0: none); a sweep on replay stops eac
 device = "auto"  # auto: the GPU when one is visible, else replay of the shipped H200 measurements; cuda, cpu, replay
 replay_data = ""  # a store file recorded on a GPU (or several, comma-separated): replay its measurements
 interactive = True  # False for headless runs (papermill): static figures instead of the live widget
-out_dir = ""  # where a sweep wants this run's events, nodes, trajectory and report (workbench.runs.save_run)
+out_dir = ""  # where a sweep wants this run's events, nodes, trajectory and report (workbench.lab.runs.save_run)
 
 # %%
 from IPython.display import Markdown, display
 
-from workbench import runs, viz
+from workbench import viz
+from workbench.lab import runs
 from workbench.problems import Problem
 from workbench.widgets import device_note, open_device, open_search, show
 

@@ -41,7 +41,8 @@ detail = "learned"  # the surrogate whose per-problem table is shown
 data = ""  # a dataset directory (default: the shipped results/dataset)
 
 # %%
-from workbench import reports, viz
+from workbench import viz
+from workbench.surrogates.comparison import surrogate_comparison
 
 # %% [markdown]
 # ## Held-out forecasts
@@ -50,7 +51,7 @@ from workbench import reports, viz
 # on 2 cores).
 
 # %%
-comparison = reports.surrogate_comparison(surrogates, split=split, folds=folds, seed=seed, trees=trees, data=data)
+comparison = surrogate_comparison(surrogates, split=split, folds=folds, seed=seed, trees=trees, data=data)
 frames = comparison.frames()
 comparison.metrics_frame()
 

@@ -28,7 +28,8 @@ x = "gpu_s"  # gpu_s (GPU-seconds spent) or measured (GPU measurements)
 band = [0.0, 1.0]  # quantiles across seeds for the band: [0.0, 1.0] is min-max, [0.25, 0.75] the inter-quartile range
 
 # %%
-from workbench import runs, viz
+from workbench import viz
+from workbench.lab import runs
 
 # %%
 sweep = runs.load_runs(runs_dir)

@@ -28,10 +28,11 @@ source = "benchmark"  # benchmark (results/suite) or dataset (results/dataset/fu
 data = ""  # the rows file or dataset directory (default: the shipped one)
 
 # %%
-from workbench import reports, viz
+from workbench import viz
+from workbench.lab import suite
 
 # %%
-full, problem_table = reports.suite_benchmark_data(data) if source == "benchmark" else reports.suite_data(data)
+full, problem_table = suite.suite_benchmark_data(data) if source == "benchmark" else suite.suite_data(data)
 suite = viz.get_suite_info(full, problem_table, only=problems, sort_by=sort_by)
 print(suite.text())
 

@@ -12,10 +12,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 SWEEP="${SWEEP:-experiments/replay_sweep.yaml}"
 OUT="${OUT:-results/runs}"
-NAME="$(.venv/bin/python -c 'import sys; from workbench.config import load_sweep; print(load_sweep(sys.argv[1]).name)' "$SWEEP")"
+NAME="$(.venv/bin/python -c 'import sys; from workbench.lab.sweep_config import load_sweep; print(load_sweep(sys.argv[1]).name)' "$SWEEP")"
 .venv/bin/workbench sweep "$SWEEP" --out "$OUT" "$@"
 .venv/bin/workbench report "$OUT/$NAME" --out "$OUT/$NAME/report.html"
-if .venv/bin/python -c 'import sys; from workbench.browser import find_chromium; sys.exit(find_chromium() is None)'; then
-  .venv/bin/python -c 'import sys; from workbench.browser import screenshot; print(screenshot(sys.argv[1], sys.argv[2]))' \
+if .venv/bin/python -c 'import sys; from workbench.lab.browser import find_chromium; sys.exit(find_chromium() is None)'; then
+  .venv/bin/python -c 'import sys; from workbench.lab.browser import screenshot; print(screenshot(sys.argv[1], sys.argv[2]))' \
     "$OUT/$NAME/report.html" "$OUT/$NAME/report.png"
 fi

@@ -12,7 +12,8 @@ import pytest
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
 from workbench.harness import compile as compile_stage
-from workbench.harness.records import FAIL, INCONCLUSIVE, PASS
+from workbench.harness.child import compile_probe
+from workbench.core.records import FAIL, INCONCLUSIVE, PASS
 from workbench.problems import Problem
 
 HEAD = "import torch\nimport triton\nimport triton.language as tl\n\n\n"
@@ -303,8 +304,8 @@ def test_judge_outcomes():
 
 
 def test_ptx_facts():
-    facts = compile_stage.ptx_facts("wgmma.mma_async.sync.aligned\ncp.async.bulk.tensor.2d\nld.global.nc.v4.b32")
+    facts = compile_probe.ptx_facts("wgmma.mma_async.sync.aligned\ncp.async.bulk.tensor.2d\nld.global.nc.v4.b32")
     assert facts["wgmma"] and facts["tma"] and facts["cp_async"] and facts["ld_global_v4"]
     assert not facts["mma"] and not facts["local_memory"]
-    assert compile_stage.ptx_facts("mma.sync.aligned.m16n8k16\n.local .align 4")["mma"] is True
-    assert compile_stage.ptx_facts("")["wgmma"] is False
+    assert compile_probe.ptx_facts("mma.sync.aligned.m16n8k16\n.local .align 4")["mma"] is True
+    assert compile_probe.ptx_facts("")["wgmma"] is False

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.candidate import Candidate
-from workbench.devices import ceilings, cuda_gpu_count
+from workbench.core.candidate import Candidate
+from workbench.core import ceilings
+from workbench.devices import cuda_gpu_count
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
 from workbench.harness.ladder import Ladder

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.candidate import Candidate
+from workbench.core.candidate import Candidate
 from workbench.devices import cuda_gpu_count
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES

@@ -32,7 +32,7 @@ DRIVER = r'''
 import importlib.util, json, os, sys
 assert os.environ.get("TRITON_INTERPRET") == "1"
 import torch
-from workbench.devices import interpreter_fixes
+from workbench.harness.child import interpreter_fixes
 from workbench.harness import tolerance
 interpreter_fixes.apply()
 torch.set_num_threads(1)

@@ -217,7 +217,7 @@ def test_split_k_compiles_for_sm90_with_unit_dims(tmp_path, shape):
     """Triton passes an int argument equal to 1 as a constexpr, so M = 1 or N = 1 reach the split-K kernels as plain
     ints; the compile stage (sm_90, no GPU) must still compile both. The interpreter does not specialise: only a
     compile for the real target shows this."""
-    from workbench.harness.records import PASS
+    from workbench.core.records import PASS
     from workbench.problems import Problem
 
     M, N, K = shape
@@ -232,7 +232,7 @@ def test_split_k_compiles_for_sm90_with_unit_dims(tmp_path, shape):
 def test_split_k_refused_on_a_one_element_output(tmp_path):
     """With one output element the workspace plane is 1 and the reduce kernel does not compile (found on the H200):
     the spec says so, split-K leaves the space, and what the proposer offers for such a problem compiles."""
-    from workbench.harness.records import PASS
+    from workbench.core.records import PASS
     from workbench.problems import Problem
     from workbench.proposers.offline import OfflineProposer
 
@@ -267,7 +267,7 @@ assert (os.environ.get("TRITON_INTERPRET") == "1") == (DEVICE == "cpu")
 import torch
 import triton
 if DEVICE == "cpu":
-    from workbench.devices import interpreter_fixes
+    from workbench.harness.child import interpreter_fixes
     interpreter_fixes.apply()
 torch.set_num_threads(1)
 

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from cheat_headers import candidate_files, cheat_files, read_header
-from workbench.candidate import Candidate
+from workbench.core.candidate import Candidate
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
 from workbench.harness.budget import Budget
 from workbench.harness.ladder import Ladder, PromotionPolicy
-from workbench.harness.records import FAIL, PASS, REFUSED, StageRecord
+from workbench.core.records import FAIL, PASS, REFUSED, StageRecord
 from workbench.problems import Problem
 from workbench.store import Store
 
@@ -132,6 +132,9 @@ class ScriptedDevice:
 
     def compile(self, problem, path):
         return StageRecord("compile", PASS, "ok")
+
+    def map_compile(self, problem, paths, workers=2):
+        return [self.compile(problem, p) for p in paths]
 
     def run_stages(self, problem, path, stages, options=None):
         self.calls.append(tuple(stages))

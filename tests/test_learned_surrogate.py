@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("lightgbm")
 
 from workbench.cli import main  # noqa: E402
-from workbench.harness.records import StageRecord  # noqa: E402
+from workbench.core.records import StageRecord  # noqa: E402
 from workbench.store.dataset import load  # noqa: E402
 from workbench.surrogates import Forecast  # noqa: E402
 from workbench.surrogates.baselines import OracleBaseline, PriorBaseline, RooflineRowsBaseline  # noqa: E402

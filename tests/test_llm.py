@@ -18,14 +18,14 @@ try:  # the SDK's own HTTP library: httpx2 in anthropic 2.x, httpx before
 except ImportError:
     import httpx
 
-from workbench.candidate import Candidate, content_hash
-from workbench.harness.records import FAIL, PASS, STAGES, Evaluation, StageRecord
+from workbench.core.candidate import Candidate, content_hash
+from workbench.core.records import FAIL, PASS, STAGES, Evaluation, StageRecord
 from workbench.harness.static import check_static
-from workbench.llm import (BINS, CallRecorder, Forecast, LLMClient, LLMConfig, LLMProposer, LLMSurrogate,
+from workbench.llm import (CallRecorder, LLMClient, LLMConfig, LLMProposer, LLMSurrogate,
                            LLMUnavailable, extract_forecast, extract_module, extract_rationale, redact)
 from workbench.llm import rewards
 from workbench.llm.client import NO_KEY
-from workbench.llm.forecast import FAILS, bin_index, outcome_index
+from workbench.core.outcomes import BINS, FAILS, Forecast, bin_index, outcome_index
 from workbench.llm.proposer import INSTRUCTIONS
 from workbench.llm.surrogate import COMPILE_ANCHOR, forecast_prompts
 from workbench.llm.surrogate import INSTRUCTIONS as FORECAST_INSTRUCTIONS

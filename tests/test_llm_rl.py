@@ -16,7 +16,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.llm import rewards
-from workbench.llm.forecast import BINS
+from workbench.core.outcomes import BINS
 from workbench.llm.train_rl import UNPARSABLE, ForecastReward, completion_text, load_pairs, reward_functions
 
 RL_MISSING = [m for m in ("trl", "transformers", "datasets", "accelerate") if importlib.util.find_spec(m) is None]
@@ -74,8 +74,8 @@ def test_load_pairs_errors(tmp_path):
 
 def exported_pairs(tmp_path):
     """Two measured evaluations (one 3x faster, one failed) exported exactly as `workbench llm export` does."""
-    from workbench.candidate import Candidate
-    from workbench.harness.records import FAIL, PASS, Evaluation, StageRecord
+    from workbench.core.candidate import Candidate
+    from workbench.core.records import FAIL, PASS, Evaluation, StageRecord
     from workbench.problems import Problem
     from workbench.store import Store
 

@@ -3,7 +3,7 @@ GPU, the HTML report of that sweep, and that report opened in a real headless Ch
 
 One sweep (2 strategies x 3 seeds on cross_entropy, 15 GPU-s each, replaying the shipped H200 measurements) is run
 once for the module; notebook 03, the report and the browser read its run directories. The kernel is this
-interpreter's (`workbench.sweep.ensure_kernelspec`), so nothing beyond `pip install -e '.[test]'` is needed, and
+interpreter's (`workbench.lab.sweep.ensure_kernelspec`), so nothing beyond `pip install -e '.[test]'` is needed, and
 Chromium (`apt-get install chromium`; `WORKBENCH_BROWSER=1 bash scripts/setup_env.sh` installs it). In CI a missing
 Chromium is a failure, not a skip."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import load_sweep
-from workbench.sweep import KERNEL_NAME, ensure_kernelspec, run_sweep
+from workbench.lab.sweep_config import load_sweep
+from workbench.lab.sweep import KERNEL_NAME, ensure_kernelspec, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -172,7 +172,7 @@ def test_report_command_errors(tmp_path, capsys):
 
 
 def _chromium_or_fail():
-    from workbench.browser import find_chromium
+    from workbench.lab.browser import find_chromium
 
     exe = find_chromium()
     if exe is None:
@@ -203,7 +203,7 @@ def test_report_in_a_real_browser(report, tmp_path):
     import numpy as np
     from PIL import Image
 
-    from workbench.browser import dump_dom, screenshot
+    from workbench.lab.browser import dump_dom, screenshot
 
     shot = screenshot(report, tmp_path / "report.png", width=1280, height=1600)
     empty = tmp_path / "blank.html"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.devices import ceilings
+from workbench.core import ceilings
 from workbench.problems import PRECISIONS, Problem, ProblemError, builtin_names
 from workbench.problems.analysis import Floor, ProblemCounts, count, roofline_floor
 

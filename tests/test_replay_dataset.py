@@ -138,7 +138,7 @@ def test_replay_search_resumes_without_repeating(tmp_path, problem, device):
 
 
 def test_screened_replay_search_measures_only_recorded(problem, device):
-    from workbench.devices import ceilings
+    from workbench.core import ceilings
     from workbench.surrogates import RooflineSurrogate, SelectivePolicy
 
     ds = RecordedDataset(problems=[PROBLEM])

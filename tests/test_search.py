@@ -15,7 +15,7 @@ import pytest
 from workbench.devices.replay import ReplayDevice
 from workbench.harness.budget import Budget
 from workbench.harness.ladder import Ladder
-from workbench.harness.records import FAIL, PASS, StageRecord
+from workbench.core.records import FAIL, PASS, StageRecord
 from workbench.problems import Problem
 from workbench.proposers.offline import OfflineProposer
 from workbench.search import Search, SearchMemory
@@ -39,6 +39,9 @@ class RecordingGPU:
 
     def compile(self, problem, path):
         return StageRecord("compile", PASS, "ok")
+
+    def map_compile(self, problem, paths, workers=2):
+        return [self.compile(problem, p) for p in paths]
 
     def run_stages(self, problem, path, stages, options=None):
         self.calls += 1

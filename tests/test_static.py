@@ -7,7 +7,7 @@ import pytest
 
 from cheat_headers import candidate_files, cheat_files, read_header
 from workbench.harness import static
-from workbench.harness.records import FAIL, PASS
+from workbench.core.records import FAIL, PASS
 from workbench.problems import Problem
 
 HEAD = """\

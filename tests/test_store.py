@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import workbench
-from workbench.candidate import Candidate
-from workbench.harness.records import FAIL, INCONCLUSIVE, PASS, STAGES, Evaluation, StageRecord
+from workbench.core.candidate import Candidate
+from workbench.core.records import FAIL, INCONCLUSIVE, PASS, STAGES, Evaluation, StageRecord
 from workbench.problems import Problem
 from workbench.store import Store, default_store_path
 from workbench.store.sqlite import SCHEMA_VERSION
@@ -239,8 +239,8 @@ def test_concurrent_writers(tmp_path, problem):
 def test_retryable_outcomes_are_not_final(tmp_path):
     """A budget refusal, a replay 'not measured' or an executor failure says nothing about the candidate: a later
     request must run it again rather than reuse that record."""
-    from workbench.candidate import Candidate
-    from workbench.harness.records import Evaluation, StageRecord
+    from workbench.core.candidate import Candidate
+    from workbench.core.records import Evaluation, StageRecord
     from workbench.problems import Problem
     from workbench.store import Store
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten
 
-from workbench.devices import ceilings
+from workbench.core import ceilings
 from workbench.problems import Problem, builtin_names
 from workbench.problems.analysis import count, roofline_floor
 

@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from workbench.candidate import Candidate
-from workbench.devices import ceilings
-from workbench.harness.records import FAIL, PASS, StageRecord
-from workbench.llm import forecast as llm_forecast
+from workbench.core.candidate import Candidate
+from workbench.core import ceilings
+from workbench.core.records import FAIL, PASS, StageRecord
+from workbench.core import outcomes
 from workbench.problems import Problem
 from workbench.surrogates import (BINS, DEFER, EXPLORE, MEASURE, SKIP, Forecast, RooflineSurrogate, SelectivePolicy,
                                   Surrogate, from_log2)
-from workbench.surrogates.forecast import expected_log2
+from workbench.core.outcomes import expected_log2
 
 
 def _phi(z):
@@ -23,7 +23,7 @@ def _phi(z):
 # ---- Forecast from a Gaussian ----
 
 def test_forecast_is_the_llm_one():
-    assert Forecast is llm_forecast.Forecast and BINS is llm_forecast.BINS
+    assert Forecast is outcomes.Forecast and BINS is outcomes.BINS
 
 
 def test_from_log2_mass_in_the_right_bins():

@@ -1,4 +1,4 @@
-"""Sweep configs (workbench.config) and papermill sweeps (workbench.sweep).
+"""Sweep configs (workbench.lab.sweep_config) and papermill sweeps (workbench.lab.sweep).
 
 The real sweep runs notebook 01 on the CPU device (softmax_rows 8x100, one step): two runs that finish and one whose
 problem does not exist, in one call with two at once; a tiny notebook written here checks the per-run
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
-from workbench.sweep import SweepError, gpu_names, notebook_defaults, notebook_parameters, run_sweep, value_fits
+from workbench.lab.sweep_config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
+from workbench.lab.sweep import SweepError, gpu_names, notebook_defaults, notebook_parameters, run_sweep, value_fits
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "experiments" / "smoke_sweep.yaml"

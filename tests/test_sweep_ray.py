@@ -14,9 +14,9 @@ import pytest
 import ray
 
 import workbench.devices.ray_device as rd
-import workbench.sweep as sweep_mod
-from workbench.config import SweepConfig
-from workbench.sweep import SweepError, run_sweep
+import workbench.lab.sweep as sweep_mod
+from workbench.lab.sweep_config import SweepConfig
+from workbench.lab.sweep import SweepError, run_sweep
 
 RAY_NB = '''# %% tags=["parameters"]
 device = "cpu"

@@ -282,7 +282,7 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
 
     import torch
 
-    from workbench.harness.execution import reference_rounding
+    from workbench.harness.child.execution import reference_rounding
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 16).to(torch.bfloat16)

@@ -1,5 +1,5 @@
 """The sweep, calibration and suite views (workbench.viz: sweep, calibration, suite) asserted on their info, and run
-directories (workbench.runs) read back. Fast: no papermill, no browser (tests/test_notebooks.py does those)."""
+directories (workbench.lab.runs) read back. Fast: no papermill, no browser (tests/test_notebooks.py does those)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import runs, viz
+from workbench import viz
+from workbench.lab import runs
 
 # ---------------------------------------------------------------------------------------------- trajectories
 
@@ -136,7 +137,7 @@ def test_calibration_plots():
 
 
 def test_calibration_frames_from_predictions():
-    from workbench.reports import calibration_frames
+    from workbench.surrogates.comparison import calibration_frames
 
     table = pd.DataFrame({"problem": ["p", "p", "q"], "log2_speedup": [1.2, -0.7, np.nan],
                           "failed": [False, False, True]})
@@ -227,13 +228,13 @@ def test_runs_reports_browser_import_no_plotly():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.runs, workbench.reports, workbench.browser, workbench.viz; "
+    code = ("import sys, workbench.lab.runs, workbench.lab.report_html, workbench.lab.suite, workbench.lab.browser, workbench.viz; "
             "assert not any(m.startswith(('plotly', 'ipywidgets')) for m in sys.modules), 'a widget library imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_suite_info_on_the_shipped_benchmark(tmp_path):
-    from workbench import reports
+    from workbench.lab import suite as reports
 
     full, problems = reports.suite_benchmark_data()
     info = viz.get_suite_info(full, problems, sort_by="problem")

@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .harness.records import STAGES
+from .core import paths
+from .core.records import STAGES
 
 
 def _problem_args(p: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def cmd_problems_list(args) -> int:
 
 
 def problem_report(problem) -> dict[str, Any]:
-    from .devices import ceilings
+    from .core import ceilings
     from .problems.analysis import count, roofline_floor
 
     counts = count(problem)
@@ -110,7 +111,7 @@ def _open_store(args):
 
 
 def cmd_eval(args) -> int:
-    from .candidate import Candidate
+    from .core.candidate import Candidate
     from .devices import get_device
     from .harness.ladder import Ladder
 
@@ -200,7 +201,7 @@ def _search_surrogate(args, problem, llm_client=None):
     if args.surrogate == "roofline":
         from .surrogates import RooflineSurrogate
 
-        from .devices import ceilings
+        from .core import ceilings
 
         return RooflineSurrogate(ceilings.load("NVIDIA H200")), SelectivePolicy(tau=args.tau if args.tau is not None else 1.01,
                                                     seed=args.seed)
@@ -274,7 +275,7 @@ def cmd_search(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep
+    from .lab.sweep import run_sweep
 
     print(run_sweep(args.config, jobs=args.jobs, out_root=args.out, only=args.only or None))
     return 0
@@ -282,7 +283,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_report(args) -> int:
     """A sweep's run directories as one self-contained HTML file (plotly.js inlined)."""
-    from .reports import write_sweep_report
+    from .lab.report_html import write_sweep_report
 
     print(write_sweep_report(args.runs_dir, args.out, title=args.title))
     return 0
@@ -296,9 +297,7 @@ def _surrogate_table(args):
 
 
 def default_surrogate_path() -> Path:
-    import os
-
-    return Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".workbench")) / "surrogates" / "learned.pkl"
+    return paths.surrogate_path()
 
 
 def cmd_surrogate_train(args) -> int:
@@ -400,7 +399,7 @@ def cmd_llm_train_rl(args) -> int:
 
 def cmd_demo(args) -> int:
     """The main job until the search exists: the ladder over the shipped example candidates."""
-    from .candidate import Candidate
+    from .core.candidate import Candidate
     from .devices import get_device
     from .examples import EXAMPLES
     from .harness.ladder import Ladder

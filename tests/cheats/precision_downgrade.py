@@ -11,7 +11,7 @@ import triton.language as tl
 # Measured under TRITON_INTERPRET=1 at M=N=K=64 on randn inputs, 10 seeds: ||C - A@B|| / ||A@B|| = 2.3e-3 .. 2.5e-3
 # (fp32 with ieee products is ~2e-7; torch.allclose(atol=1e-4) is False).
 # (The operands are rounded on the torch side and upcast to fp32 in registers before an ieee tl.dot, so the numbers
-# are the same with or without workbench.devices.interpreter_fixes, which repairs the stock interpreter's bf16 tl.dot,
+# are the same with or without workbench.harness.child.interpreter_fixes, which repairs the stock interpreter's bf16 tl.dot,
 # and the same as a GPU's bf16 MMA with fp32 accumulation: bf16 x bf16 products are exact in fp32.)
 
 

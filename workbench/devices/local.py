@@ -13,16 +13,19 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .. import HARNESS_VERSION
 from ..harness import compile as compile_stage
-from ..harness.records import FAIL, INCONCLUSIVE, PASS, REFUSED, StageRecord
+from ..core import paths
+from ..core.records import FAIL, INCONCLUSIVE, PASS, REFUSED, StageRecord
 from ..problems.problem import Problem
 from .worker import Worker
 
 TIMING_STAGES = ("quick_timing", "full_timing")
+COMPILE_ENV = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}  # compile workers never see a GPU
 DEFAULT_TIMEOUTS = {"compile": 180.0, "correctness": 300.0, "quick_timing": 180.0, "full_timing": 600.0}
 CPU_TIMING_REFUSAL = ("the CPU device does not time kernels: a CPU or interpreter time is not a GPU time. "
                       "Run on a CUDA GPU (--device cuda) for timing")
@@ -50,7 +53,7 @@ def cuda_gpu_count() -> int:
 @contextlib.contextmanager
 def gpu_lock(index: int) -> Iterator[None]:
     """One evaluation at a time per GPU, across processes."""
-    d = Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".workbench")) / "locks"
+    d = paths.lock_dir()
     d.mkdir(parents=True, exist_ok=True)
     with open(d / f"gpu{index}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -75,7 +78,8 @@ class LocalDevice:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         physical = visible.split(",")[gpu_index].strip() if visible else str(gpu_index)
         self._physical = physical
-        self.compile_worker = Worker({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}, name="compile")
+        self.compile_worker = Worker(COMPILE_ENV, name="compile")
+        self._extra_compile_workers: list[Worker] = []  # grown by map_compile, kept until close: start-up paid once
         env = {"CUDA_VISIBLE_DEVICES": physical} if kind == "cuda" else {"CUDA_VISIBLE_DEVICES": "",
                                                                           "TRITON_INTERPRET": "1"}
         self.worker = Worker(env, name=f"{kind}{gpu_index if kind == 'cuda' else ''}")
@@ -103,13 +107,27 @@ class LocalDevice:
 
     def close(self) -> None:
         self.worker.stop()
-        self.compile_worker.stop()
+        for w in [self.compile_worker, *self._extra_compile_workers]:
+            w.stop()
 
     # ---- stages ----
     def compile(self, problem: Problem, cand_path: str | Path) -> StageRecord:
+        return self._compile_on(self.compile_worker, problem, cand_path)
+
+    def map_compile(self, problem: Problem, cand_paths: Sequence[str | Path], workers: int = 2) -> list[StageRecord]:
+        """Compile many candidates on `workers` CPU workers at once (compilation stays off the GPU's critical path)."""
+        workers = max(1, min(workers, len(cand_paths)))
+        while 1 + len(self._extra_compile_workers) < workers:
+            self._extra_compile_workers.append(Worker(COMPILE_ENV, name="compile"))
+        pool = [self.compile_worker, *self._extra_compile_workers][:workers]
+        with ThreadPoolExecutor(workers) as ex:  # worker i % workers serves one task at a time (its lock)
+            return list(ex.map(lambda i: self._compile_on(pool[i % workers], problem, cand_paths[i]),
+                               range(len(cand_paths))))
+
+    def _compile_on(self, worker: Worker, problem: Problem, cand_path: str | Path) -> StageRecord:
         t0 = time.perf_counter()
-        result = self.compile_worker.call("workbench.harness.compile:probe", self.timeouts["compile"],
-                                          problem=_spec(problem), cand_path=str(cand_path))
+        result = worker.call("workbench.harness.child.compile_probe:probe", self.timeouts["compile"],
+                             problem=_spec(problem), cand_path=str(cand_path))
         return compile_stage.judge(result, time.perf_counter() - t0)
 
     def run_stages(self, problem: Problem, cand_path: str | Path, stages: list[str],
@@ -126,7 +144,7 @@ class LocalDevice:
                 else contextlib.nullcontext()
             t0 = time.perf_counter()
             with lock:
-                result = self.worker.call("workbench.harness.device_stages:run", timeout,
+                result = self.worker.call("workbench.harness.child.device_stages:run", timeout,
                                           problem=_spec(problem), cand_path=str(cand_path),
                                           device="cuda:0" if self.kind == "cuda" else "cpu",
                                           stages=stages, options=options or {})

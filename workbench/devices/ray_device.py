@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import HARNESS_VERSION
-from ..harness.records import FAIL, StageRecord
+from ..core import paths
+from ..core.records import FAIL, StageRecord
 from ..problems.problem import Problem
 from .local import DEFAULT_TIMEOUTS, TIMING_STAGES, NoGPUError
 
@@ -87,7 +88,7 @@ class _Evaluator:
         from .local import LocalDevice
 
         self.dev = LocalDevice(kind, 0, timeouts)
-        self.files = Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".workbench")) / "ray_files"
+        self.files = paths.ray_files_dir()
         import ray
 
         self.node, self.host = ray.get_runtime_context().get_node_id(), socket.gethostname()
@@ -327,7 +328,8 @@ class RayDevice:
         calls = [lambda it=it: self.run_stages(problem, *it) for it in items]
         return self._fan(calls, [it[1][0] if it[1] else "correctness" for it in items])
 
-    def map_compile(self, problem: Problem, cand_paths: list[str | Path]) -> list[StageRecord]:
+    def map_compile(self, problem: Problem, cand_paths: Sequence[str | Path], workers: int = 2) -> list[StageRecord]:
+        """Compile on the cluster's CPU actors (`workers` is the local devices' knob: the pool is sized here)."""
         calls = [lambda p=p: [self.compile(problem, p)] for p in cand_paths]
         return [r[0] for r in self._fan(calls, ["compile"] * len(cand_paths), self._compile_pool)]
 

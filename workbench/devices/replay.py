@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..candidate import content_hash
-from ..harness.records import REFUSED, STAGES, StageRecord
+from ..core.candidate import content_hash
+from ..core.records import REFUSED, STAGES, StageRecord
 from ..problems.problem import Problem
 
 NOT_MEASURED = ("not measured: no recorded {gpu} measurement of this candidate at this stage (replay answers only "
@@ -92,6 +92,9 @@ class ReplayDevice:
 
             self._compile_device = LocalDevice("cpu")
         return self._compile_device.compile(problem, cand_path)
+
+    def map_compile(self, problem: Problem, cand_paths: Sequence[str | Path], workers: int = 2) -> list[StageRecord]:
+        return [self.compile(problem, p) for p in cand_paths]  # recorded answers: nothing to spread over workers
 
     def run_stages(self, problem: Problem, cand_path, stages: list[str],
                    options: dict[str, Any] | None = None) -> list[StageRecord]:

@@ -11,10 +11,15 @@ import dataclasses
 import time
 from typing import Any
 
-from ..candidate import Candidate
+from concurrent.futures import ThreadPoolExecutor
+
+from ..core.candidate import Candidate
+from ..core.contracts import Device, EvaluationSource
+from ..core.records import FAIL, INCONCLUSIVE, PASS, REFUSED, STAGES, Evaluation, StageRecord
 from ..problems.problem import Problem
+from ..core import ceilings
 from .budget import Budget
-from .records import FAIL, INCONCLUSIVE, PASS, REFUSED, STAGES, Evaluation, StageRecord
+from .static import check_static
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +41,9 @@ class PromotionPolicy:
 
 
 class Ladder:
-    def __init__(self, device, store=None, policy: PromotionPolicy | None = None, budget: Budget | None = None,
-                 seeds: int = 5, tolerance: dict[str, float] | None = None,
-                 compile_modes: tuple[str, ...] = ("default",)):
+    def __init__(self, device: Device, store: EvaluationSource | None = None, policy: PromotionPolicy | None = None,
+                 budget: Budget | None = None, seeds: int = 5, tolerance: dict[str, float] | None = None,
+                 compile_modes: tuple[str, ...] = ("default",), compile_pool: list[Device] | None = None):
         self.device = device
         # torch.compile modes full timing measures the reference in (a benchmark adds "max-autotune")
         self.compile_modes = tuple(compile_modes)
@@ -49,47 +54,34 @@ class Ladder:
         self.tolerance = tolerance
         self.best_quick_ms: dict[str, float] = {}
         self._floors: dict[str, float | None] = {}
+        self.floor_errors: dict[str, str] = {}  # why a problem has no roofline floor (recorded in provenance)
         self._compiled: dict[tuple[str, str], StageRecord] = {}
-        # CPU devices that `compile_ahead` compiles on when set (kept open by their owner: worker start-up paid once)
-        self.compile_pool: list | None = None
+        # CPU devices that `compile_ahead` compiles on instead of the device's own workers (kept open by their owner)
+        self.compile_pool = compile_pool
 
     def precompile(self, problem: Problem, candidates: list[Candidate], workers: int = 4,
-                   pool: list | None = None) -> None:
-        """Run the compile stage for many candidates at once on extra CPU workers, ahead of their climbs, so
-        compilation stays off the GPU's critical path; `evaluate` then uses these records. A caller that compiles
-        for many problems passes its own `pool` of CPU devices (kept open: worker start-up is paid once)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ..devices.local import LocalDevice
-
+                   pool: list[Device] | None = None) -> None:
+        """Run the compile stage for many candidates at once, ahead of their climbs, so compilation stays off the
+        GPU's critical path; `evaluate` then uses these records. By default the device compiles them on `workers`
+        CPU workers of its own; a caller that compiles for many problems may pass its own `pool` of CPU devices."""
         todo = [c for c in candidates if (problem.key, c.hash) not in self._compiled]
         if not todo:
             return
-        own = pool is None
-        if own:
-            pool = [LocalDevice("cpu", timeouts=getattr(self.device, "timeouts", None)) for _ in range(workers)]
-        workers = len(pool)
-        try:
-            def one(i: int) -> StageRecord:
-                return pool[i % workers].compile(problem, todo[i].write())
-
-            with ThreadPoolExecutor(workers) as ex:  # worker i % workers serves one task at a time (its lock)
-                for cand, rec in zip(todo, ex.map(one, range(len(todo)))):
-                    self._compiled[(problem.key, cand.hash)] = rec
-        finally:
-            for d in pool if own else []:
-                d.close()
+        paths = [c.write() for c in todo]
+        if pool:
+            n = len(pool)
+            with ThreadPoolExecutor(n) as ex:  # device i % n serves one task at a time (its worker's lock)
+                records = list(ex.map(lambda i: pool[i % n].compile(problem, paths[i]), range(len(todo))))
+        else:
+            records = self.device.map_compile(problem, paths, workers=workers)
+        for cand, rec in zip(todo, records):
+            self._compiled[(problem.key, cand.hash)] = rec
 
     def compile_ahead(self, problem: Problem, candidates: list[Candidate], workers: int = 2) -> dict[str, StageRecord]:
         """Compile records for candidates before any GPU stage (what a surrogate reads to forecast them): the
         replay device answers from its recordings, other devices compile on CPU workers (`precompile`). The records
         are kept for the candidates' climbs, so nothing is compiled twice."""
-        todo = [c for c in candidates if (problem.key, c.hash) not in self._compiled]
-        if self.device.kind == "replay":
-            for c in todo:
-                self._compiled[(problem.key, c.hash)] = self.device.compile(problem, c.write())
-        elif todo:
-            self.precompile(problem, todo, workers=workers, pool=self.compile_pool)
+        self.precompile(problem, candidates, workers=workers, pool=self.compile_pool)
         return {c.hash: self._compiled[(problem.key, c.hash)] for c in candidates
                 if (problem.key, c.hash) in self._compiled}
 
@@ -119,8 +111,6 @@ class Ladder:
 
     def _climb(self, problem: Problem, candidate: Candidate, want: tuple[str, ...], ev: Evaluation,
                force_full: bool) -> None:
-        from .static import check_static
-
         t0 = time.perf_counter()
         static = check_static(candidate.source, problem.source, problem.policy)
         static.cost_s = time.perf_counter() - t0
@@ -154,6 +144,8 @@ class Ladder:
             return False
         options: dict[str, Any] = {"seeds": self.seeds, "tolerance": self.tolerance,
                                    "floor_ms": self.floor_ms(problem), "compile_modes": list(self.compile_modes)}
+        if problem.key in self.floor_errors:
+            ev.provenance["floor_error"] = self.floor_errors[problem.key]
         records = self.device.run_stages(problem, path, stages, options)
         for r in records:
             if r.verdict != REFUSED:  # a refusal ran nothing: it is not an evaluation and cost nothing
@@ -165,17 +157,16 @@ class Ladder:
         """The roofline floor on this device, from its measured ceilings (None when none were measured)."""
         if problem.key not in self._floors:
             self._floors[problem.key] = None
-            gpu = getattr(self.device, "gpu_name", None)
-            if gpu:
-                from ..devices import ceilings
-                from ..problems.analysis import count, roofline_floor
+            gpu = self.device.gpu_name
+            c = ceilings.load(gpu) if gpu else None
+            if c is not None:
+                from ..problems.analysis import count, roofline_floor  # torch: kept out of the parent until needed
 
-                c = ceilings.load(gpu)
-                if c is not None:
-                    try:
-                        self._floors[problem.key] = roofline_floor(count(problem), c).ms
-                    except Exception:
-                        self._floors[problem.key] = None
+                try:
+                    self._floors[problem.key] = roofline_floor(count(problem), c).ms
+                except Exception as e:  # no floor: timing still runs, without the below-the-floor check
+                    self.floor_errors[problem.key] = f"{type(e).__name__}: {e}"
+
         return self._floors[problem.key]
 
     def _note_best(self, problem: Problem, ev: Evaluation) -> None:
@@ -185,5 +176,3 @@ class Ladder:
             best = self.best_quick_ms.get(problem.key)
             self.best_quick_ms[problem.key] = ms if best is None else min(best, ms)
 
-
-__all__ = ["Ladder", "PromotionPolicy", "Budget", "PASS", "FAIL", "INCONCLUSIVE", "REFUSED"]

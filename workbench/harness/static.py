@@ -18,8 +18,8 @@ import re
 import time
 from typing import Any, Callable
 
-from ..safe_ast import PARSE_LOCK
-from .records import FAIL, PASS, StageRecord
+from ..core.safe_ast import PARSE_LOCK
+from ..core.records import FAIL, PASS, StageRecord
 
 ERROR, WARNING = "error", "warning"
 FuncDef = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -541,7 +541,7 @@ def _summary(fs: list[dict]) -> str:
 
 def check_static(source: str, problem_source: str | None = None, precision: str = "strict") -> StageRecord:
     """Run every check on the candidate's source; FAIL on any error flag."""
-    with PARSE_LOCK:  # one parse at a time across threads (see workbench.safe_ast)
+    with PARSE_LOCK:  # one parse at a time across threads (see workbench.core.safe_ast)
         return _check_static(source, problem_source, precision)
 
 

@@ -3,7 +3,7 @@
 The evaluation works on `features.training_table` rows (problem key, candidate hash, measured outcome), and the
 surrogates there answer `predict_frame(rows)`. The LLM needs each candidate's source, which the dataset does not store:
 it stores the offline proposer's choice, and `regenerates` says whether that choice still renders to the recorded
-hash (experiments/export_dataset.py). `workbench.store.dataset.DatasetSources` renders those and checks the hash again; a row without a
+hash (experiments/export_dataset.py). `workbench.proposers.recorded.DatasetSources` renders those and checks the hash again; a row without a
 regenerable source is refused with the reason, never forecast from something else.
 
 `LLMRowsSurrogate` is the adapter: `fit` is a no-op (nothing is trained: every split is held out for it alike),
@@ -17,8 +17,8 @@ import math
 
 import pandas as pd
 
-from ..store.dataset import DatasetSources  # noqa: F401  (re-exported: the adapter's sources)
-from .forecast import BINS
+from ..proposers.recorded import DatasetSources
+from ..core.outcomes import BINS
 from .surrogate import LLMSurrogate
 
 
@@ -32,7 +32,7 @@ class LLMRowsSurrogate:
         return self  # nothing to train: the model is used as it is
 
     def predict_frame(self, table: pd.DataFrame) -> pd.DataFrame:
-        from ..surrogates.forecast import expected_log2
+        from ..core.outcomes import expected_log2
 
         missing = ~self.sources.available(table)
         if missing.any():

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from .forecast import BINS, check_probs
+from ..core.outcomes import BINS, check_probs
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```[ \t]*(python|py|python3)?[ \t]*\n((?:(?!```).)*)\Z", re.DOTALL | re.IGNORECASE)

@@ -16,7 +16,7 @@ import dataclasses
 import json
 from typing import Any
 
-from ..candidate import Candidate, content_hash
+from ..core.candidate import Candidate, content_hash
 from .client import LLMClient
 from .parsing import extract_module, extract_rationale
 from .retrieval import past_winners, retrieve_families

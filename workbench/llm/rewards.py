@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .forecast import BINS, FAILS, outcome_index
+from ..core.outcomes import BINS, FAILS, outcome_index
 from .surrogate import anchor_source, forecast_prompts
 
 ANCHORS = {"eager": "speedup_vs_eager", "compile": "speedup_vs_compile"}

@@ -19,9 +19,9 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Sequence
 
-from ..candidate import Candidate
+from ..core.candidate import Candidate
 from .client import LLMClient
-from .forecast import BINS, Forecast
+from ..core.outcomes import BINS, Forecast
 from .parsing import ParsedForecast, extract_forecast
 
 INSTRUCTIONS = f"""\

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .forecast import BINS
+from ..core.outcomes import BINS
 from .parsing import extract_forecast
 from .rewards import brier, correctness_reward, log_score, rps
 

@@ -1,4 +1,4 @@
-"""Bin-level scores of `Forecast`s: the outcome bins are those of `workbench.llm.forecast` (8 log2-speedup bins with
+"""Bin-level scores of `Forecast`s: the outcome bins are those of `workbench.core.outcomes` (8 log2-speedup bins with
 edges (-inf, -2, -1, -0.5, 0, 0.5, 1, 2, +inf), bin i = [edge_i, edge_{i+1}), then "fails" = 8).
 
 `probs` arguments are arrays of shape (n, 9) (e.g. `np.array([f.probs for f in forecasts])`).
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..llm.forecast import BINS, EDGES, FAILS
+from ..core.outcomes import BINS, EDGES, FAILS
 
 
 def to_bin(log2_speedup, failed=False):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..llm.forecast import BINS
+from ..core.outcomes import BINS
 
 
 def _conf_correct(confidence, correct) -> tuple[np.ndarray, np.ndarray]:

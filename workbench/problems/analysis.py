@@ -6,7 +6,7 @@
   written once.
 - eager_bytes: bytes read and written by every aten op of the eager reference (what an unfused implementation moves).
 - floor: max(FLOPs / compute ceiling, min_bytes / bandwidth ceiling) on a device whose ceilings were measured
-  (see `workbench.devices.ceilings`); none when the device has no measured ceilings.
+  (see `workbench.core.ceilings`); none when the device has no measured ceilings.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..safe_ast import parse
+from ..core.safe_ast import parse
 from .loader import (ProblemError, call_factory, load_module, parse_override, resolve_path, source_hash)
 
 

@@ -151,7 +151,7 @@ def measure_candidate(progress: Callable[[str], None], problem: tuple, cand_path
     ...)`): energy per forward of the candidate and of the eager reference, on the worker's GPU."""
     import torch
 
-    from ..harness.execution import build_pair, make_inputs, set_precision_policy
+    from ..harness.child.execution import build_pair, make_inputs, set_precision_policy
     from ..problems.problem import Problem
 
     progress("energy")

@@ -270,7 +270,7 @@ def _drive(spec: dict[str, Any]) -> None:
     """Run under ncu: build the pair on the GPU, warm up outside the profiled range, then call the forward inside."""
     import torch
 
-    from ..harness.execution import build_pair, make_inputs, run_model, set_precision_policy
+    from ..harness.child.execution import build_pair, make_inputs, run_model, set_precision_policy
     from ..problems.problem import Problem
 
     path, overrides, precision = spec["problem"]

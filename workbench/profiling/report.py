@@ -24,7 +24,7 @@ DEFAULT_GPU = "NVIDIA H200"  # the sm_90 target the compile stage builds for
 
 
 def _cuobjdump_sass(cubin: bytes) -> str | None:
-    from ..harness.compile import _cuobjdump
+    from ..harness.child.compile_probe import _cuobjdump  # worker side: imports torch and triton
 
     tool = _cuobjdump()
     if tool is None:
@@ -50,12 +50,12 @@ def _grid(grid: Any, fn: Any, args: tuple, kwargs: dict) -> list[int] | None:
 def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_dir: str | None = None) -> dict:
     """Worker-side: the compile stage's probe, with each kernel's grid, PTX and SASS read in the worker (the text
     stays here unless `asm_dir` asks for it on disk)."""
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # worker side: torch and triton load only in the worker
 
-    from ..harness import compile as compile_stage
+    from ..harness.child import compile_probe
 
     last: dict[str, Any] = {}
-    orig_run, orig_describe = JITFunction.run, compile_stage._describe
+    orig_run, orig_describe = JITFunction.run, compile_probe._describe
 
     def run(self, *args, grid=None, warmup=False, **kwargs):
         last["grid"] = _grid(grid, self, args, kwargs)
@@ -79,12 +79,12 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_d
 
     if asm_dir:
         os.makedirs(asm_dir, exist_ok=True)
-    # compile_stage.probe saves JITFunction.run (ours) as its original and calls it with warmup=True
-    JITFunction.run, compile_stage._describe = run, describe
+    # compile_probe.probe saves JITFunction.run (ours) as its original and calls it with warmup=True
+    JITFunction.run, compile_probe._describe = run, describe
     try:
-        return compile_stage.probe(progress, problem, cand_path)
+        return compile_probe.probe(progress, problem, cand_path)
     finally:
-        JITFunction.run, compile_stage._describe = orig_run, orig_describe
+        JITFunction.run, compile_probe._describe = orig_run, orig_describe
 
 
 def _gpu_name() -> str | None:
@@ -105,7 +105,7 @@ def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "a
                       timeout: float = 300.0) -> dict[str, Any]:
     """Static reading, roofline verdict, counters where a GPU with ncu is present, and the expert findings.
     `ms`: a measured time for the roofline (else the floor's verdict); `device`: auto, cpu (no counters), cuda[:N]."""
-    from ..devices import ceilings as ceilings_mod
+    from ..core import ceilings as ceilings_mod
     from ..devices.worker import Worker
     from ..harness import compile as compile_stage
     from ..problems.analysis import count

@@ -15,7 +15,7 @@ import math
 import random
 from typing import Any, Iterator
 
-from ..candidate import Candidate
+from ..core.candidate import Candidate
 from ..kernels.base import valid_space
 from ..problems.problem import Problem
 from .graph import Captured, capture

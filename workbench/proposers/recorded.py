@@ -18,6 +18,10 @@ import json
 import random
 from typing import Any, Iterable
 
+import numpy as np
+
+from ..problems import Problem
+from ..store.dataset import load
 from .offline import Choice, OfflineProposer
 
 
@@ -54,8 +58,6 @@ class RecordedProposer(OfflineProposer):
 
     @classmethod
     def from_dataset(cls, problem, path=None) -> "RecordedProposer":
-        from ..store.dataset import load
-
         df = load("candidates", path)
         rows = df[(df["problem_key"] == problem.key) & df["regenerates"]]
         return cls(problem, rows["choice_json"].tolist())
@@ -111,3 +113,47 @@ class RecordedProposer(OfflineProposer):
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:
         child = super().crossover(a, b, rng)
         return child if child is not None and self.is_recorded(child) else None
+
+
+class DatasetSources:
+    """Candidate sources and problems of dataset rows, rebuilt from the recorded choices (built-in problems at the
+    sizes the dataset was measured at): a row whose choice no longer renders to its recorded hash is refused."""
+
+    def __init__(self, candidates):
+        need = {"problem", "problem_key", "candidate", "choice_json"}
+        if need - set(candidates.columns):
+            raise ValueError(f"candidate rows lack {sorted(need - set(candidates.columns))} "
+                             "(see workbench/proposers/recorded.py)")
+        ok = candidates["regenerates"].astype(bool) if "regenerates" in candidates.columns else True
+        rows = candidates[ok]
+        self._choice = {(k, h): cj for k, h, cj in zip(rows["problem_key"], rows["candidate"], rows["choice_json"])}
+        self._name = dict(zip(candidates["problem_key"], candidates["problem"]))
+        self._problems: dict[str, Any] = {}
+        self._proposers: dict[str, Any] = {}
+
+    def available(self, table):
+        """Per row of `table`: is its candidate's source regenerable?"""
+        return np.array([(k, h) in self._choice for k, h in zip(table["problem_key"], table["candidate"])], bool)
+
+    def problem(self, problem_key: str):
+        if problem_key not in self._problems:
+            name = self._name.get(problem_key) or problem_key.split("@")[0]
+            p = Problem.load(name)
+            if p.key != problem_key:
+                raise ValueError(f"dataset problem {problem_key} is not the built-in {name} at its default sizes "
+                                 f"(that is {p.key}): its candidates cannot be rebuilt here")
+            self._problems[problem_key] = p
+        return self._problems[problem_key]
+
+    def candidate(self, problem_key: str, candidate_hash: str):
+        cj = self._choice.get((problem_key, candidate_hash))
+        if cj is None:
+            raise ValueError(f"no regenerable source for candidate {candidate_hash} of {problem_key} (its recorded "
+                             "choice no longer renders to that hash, or it is not in the dataset)")
+        if problem_key not in self._proposers:
+            self._proposers[problem_key] = OfflineProposer(self.problem(problem_key))
+        cand = self._proposers[problem_key].render(Choice.from_dict(json.loads(cj)))
+        if cand.hash != candidate_hash:
+            raise ValueError(f"candidate {candidate_hash} of {problem_key} renders to {cand.hash} now: the kernel "
+                             "templates changed since it was measured")
+        return cand

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..harness.records import Evaluation
+from ..core.records import Evaluation
 from ..profiling.experts import H200_SMS, diagnose
 from ..profiling.findings import Finding
 from ..profiling.roofline import RooflineVerdict, classify
@@ -52,7 +52,7 @@ class NodeDiagnosis:
     @property
     def ceilings(self) -> dict[str, Any] | None:
         if not self._ceilings_read:
-            from ..devices import ceilings
+            from ..core import ceilings
 
             gpu = getattr(self.device, "gpu_name", None)
             self._ceilings = ceilings.load(gpu) if gpu else None

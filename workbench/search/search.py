@@ -38,9 +38,9 @@ from typing import Any, Callable
 
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
-from ..harness.records import REFUSED
+from ..core.records import REFUSED
 from ..problems.problem import Problem
-from ..candidate import Candidate
+from ..core.candidate import Candidate
 from ..proposers.offline import Choice, OfflineProposer
 from . import strategies
 from .diagnosis import NodeDiagnosis
@@ -406,7 +406,7 @@ def make_search(problem: Problem, device, proposer: str = "offline", llm_client=
         raise ValueError(f"unknown proposer '{proposer}' (choose from offline, llm)")
     from ..llm import LLMClient, LLMProposer
     from ..llm.recorder import CallRecorder
-    from .llm_moves import LLMMoves
+    from ..llm.moves import LLMMoves
 
     store = search_kwargs.get("store")
     if llm_client is None or not isinstance(llm_client, LLMClient):

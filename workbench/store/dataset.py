@@ -15,14 +15,13 @@ Files (written by experiments/export_dataset.py, read here):
 from __future__ import annotations
 
 import json
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..harness.records import STAGES, Evaluation, StageRecord
+from ..core import paths
+from ..core.records import STAGES, Evaluation, StageRecord
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "results" / "dataset"
 RECORDED_DEVICE = "cuda:NVIDIA H200"
 
 
@@ -31,7 +30,7 @@ class DatasetMissing(FileNotFoundError):
 
 
 def dataset_dir(path: str | Path | None = None) -> Path:
-    d = Path(path) if path is not None else DEFAULT_DIR
+    d = Path(path) if path is not None else paths.dataset_dir()
     if not (d / "candidates.parquet").exists():
         raise DatasetMissing(f"no measurement dataset at {d} (candidates.parquet missing): the shipped one lives in "
                              "results/dataset of a workbench checkout; experiments/export_dataset.py builds it from "
@@ -97,59 +96,3 @@ class RecordedDataset:
             return None
         ev = self.evaluation(problem_key, candidate_hash)
         return ev if ev is not None and reaches(ev, fidelity) else None
-
-
-def log2_or_nan(x: float | None) -> float:
-    return math.log2(x) if x and x > 0 else float("nan")
-
-
-class DatasetSources:
-    """Candidate sources and problems of dataset rows, rebuilt from the recorded choices (built-in problems at the
-    sizes the dataset was measured at): a row whose choice no longer renders to its recorded hash is refused."""
-
-    def __init__(self, candidates):
-        need = {"problem", "problem_key", "candidate", "choice_json"}
-        if need - set(candidates.columns):
-            raise ValueError(f"candidate rows lack {sorted(need - set(candidates.columns))} "
-                             "(see workbench/store/dataset.py)")
-        ok = candidates["regenerates"].astype(bool) if "regenerates" in candidates.columns else True
-        rows = candidates[ok]
-        self._choice = {(k, h): cj for k, h, cj in zip(rows["problem_key"], rows["candidate"], rows["choice_json"])}
-        self._name = dict(zip(candidates["problem_key"], candidates["problem"]))
-        self._problems: dict[str, Any] = {}
-        self._proposers: dict[str, Any] = {}
-
-    def available(self, table):
-        """Per row of `table`: is its candidate's source regenerable?"""
-        import numpy as np
-
-        return np.array([(k, h) in self._choice for k, h in zip(table["problem_key"], table["candidate"])], bool)
-
-    def problem(self, problem_key: str):
-        if problem_key not in self._problems:
-            from ..problems import Problem
-
-            name = self._name.get(problem_key) or problem_key.split("@")[0]
-            p = Problem.load(name)
-            if p.key != problem_key:
-                raise ValueError(f"dataset problem {problem_key} is not the built-in {name} at its default sizes "
-                                 f"(that is {p.key}): its candidates cannot be rebuilt here")
-            self._problems[problem_key] = p
-        return self._problems[problem_key]
-
-    def candidate(self, problem_key: str, candidate_hash: str):
-        cj = self._choice.get((problem_key, candidate_hash))
-        if cj is None:
-            raise ValueError(f"no regenerable source for candidate {candidate_hash} of {problem_key} (its recorded "
-                             "choice no longer renders to that hash, or it is not in the dataset)")
-        if problem_key not in self._proposers:
-            from ..proposers.offline import OfflineProposer
-
-            self._proposers[problem_key] = OfflineProposer(self.problem(problem_key))
-        from ..proposers.offline import Choice
-
-        cand = self._proposers[problem_key].render(Choice.from_dict(json.loads(cj)))
-        if cand.hash != candidate_hash:
-            raise ValueError(f"candidate {candidate_hash} of {problem_key} renders to {cand.hash} now: the kernel "
-                             "templates changed since it was measured")
-        return cand

@@ -1,9 +1,6 @@
 """`Store`: the embedded SQLite store of problems, candidates and evaluations.
 
-Where it lives (`default_store_path()`):
-  1. `$WORKBENCH_STORE`, if set (a file path);
-  2. else `$WORKBENCH_HOME/store.sqlite`, if WORKBENCH_HOME is set;
-  3. else `~/.workbench/store.sqlite`.
+Where it lives: `$WORKBENCH_STORE` if set, else `store.sqlite` in the home (`workbench.core.paths`).
 
 Many processes (notebook, CLI, worker pools) share one file. Each process opens its own connection (a Store that is
 pickled or inherited across fork reopens one in the new process); the database runs in WAL mode so readers never
@@ -32,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import workbench
-from workbench.harness.records import FAIL, REFUSED, STAGES, Evaluation, StageRecord
+from workbench.core import paths
+from workbench.core.records import FAIL, REFUSED, STAGES, Evaluation, StageRecord
 
 SCHEMA_VERSION = 1  # PRAGMA user_version; bump with a migration when the tables change
 BUSY_TIMEOUT_MS = 30_000
@@ -96,10 +94,7 @@ CREATE TABLE IF NOT EXISTS search_events (
 
 
 def default_store_path() -> Path:
-    if os.environ.get("WORKBENCH_STORE"):
-        return Path(os.environ["WORKBENCH_STORE"]).expanduser()
-    home = os.environ.get("WORKBENCH_HOME")
-    return (Path(home).expanduser() if home else Path.home() / ".workbench") / "store.sqlite"
+    return paths.store_path()
 
 
 def _now() -> str:
@@ -252,7 +247,7 @@ class Store:
         return problem.key
 
     def put_candidate(self, candidate: Any) -> str:
-        """Store a workbench.candidate.Candidate (idempotent: the first source stored under a hash wins)."""
+        """Store a workbench.core.candidate.Candidate (idempotent: the first source stored under a hash wins)."""
         row = (candidate.hash, candidate.source, candidate.parent, _json(dict(candidate.origin)), _now())
         self._write(lambda conn: conn.execute(
             "INSERT OR IGNORE INTO candidates (hash, source, parent, origin, created_at) VALUES (?, ?, ?, ?, ?)", row))

@@ -304,7 +304,7 @@ def features_from_rows(candidates: pd.DataFrame, problems: pd.DataFrame,
 
 def default_ceilings() -> dict[str, Any] | None:
     """The H200's measured ceilings (the dataset's device); None when the file is absent."""
-    from ..devices import ceilings
+    from ..core import ceilings
 
     return ceilings.load("NVIDIA H200")
 

@@ -34,11 +34,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ..candidate import Candidate
+from ..core.candidate import Candidate
 from ..metrics.bins import to_bin
 from ..problems.problem import Problem
 from .features import default_ceilings, feature_columns, features_from_live, live_problem_info
-from .forecast import BINS, EDGES, FAILS, Forecast
+from ..core.outcomes import BINS, EDGES, FAILS, Forecast
 
 FORMAT = 1
 N_OUT = len(BINS)

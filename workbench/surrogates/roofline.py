@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..candidate import Candidate
-from ..harness.records import FAIL, StageRecord
+from ..core.candidate import Candidate
+from ..core.records import FAIL, StageRecord
 from ..problems.analysis import ProblemCounts, count
 from ..problems.problem import Problem
-from .forecast import Forecast, from_log2
+from ..core.outcomes import Forecast, from_log2
 
 DEFAULT_EFFICIENCY = {"memory": 0.8, "compute": 0.6}
 
@@ -59,7 +59,7 @@ class RooflineSurrogate:
                  compile_records: Mapping[str, StageRecord] | None = None, p_fail: float = 0.1,
                  p_fail_compile_failed: float = 0.95, spill_factor: float = 0.7):
         if ceilings is None:
-            raise ValueError("no measured ceilings for this device (see workbench.devices.ceilings)")
+            raise ValueError("no measured ceilings for this device (see workbench.core.ceilings)")
         self.ceilings = ceilings
         self.efficiency = dict(efficiency or DEFAULT_EFFICIENCY)
         self.anchor_efficiency = dict(anchor_efficiency or self.efficiency)

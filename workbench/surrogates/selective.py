@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from ..metrics.selectivity import threshold_for_risk
-from .forecast import Forecast, expected_log2
+from ..core.outcomes import Forecast, expected_log2
 
 MEASURE, DEFER, SKIP, EXPLORE = "measure", "defer", "skip", "explore"
 

@@ -6,7 +6,7 @@ import difflib
 import json
 from typing import Any
 
-from ..harness.records import StageRecord
+from ..core.records import StageRecord
 from ..search.search import Search
 
 

@@ -1,7 +1,7 @@
 """The suite benchmark: per problem, the best sampled candidate's full timing against eager, torch.compile and the
 roofline floor, from the shipped dataset (`full.parquet` + `problems.parquet`, `workbench.store.dataset.load`).
 
-The suite benchmark's rows (`results/suite/rows.jsonl`, `workbench.reports.suite_benchmark_data`) come in the same
+The suite benchmark's rows (`results/suite/rows.jsonl`, `workbench.lab.reports.suite_benchmark_data`) come in the same
 shape, with a max-autotune column.
 
 `full` holds one row per full timing (a problem may have several: a later slice with a larger pool may have found a

@@ -1,5 +1,5 @@
 """Best speedup against GPU-seconds across a sweep: one curve per configuration, the median over its seeds and a band
-between two quantiles (min-max by default), from the trajectory rows `workbench.runs.load_runs` reads.
+between two quantiles (min-max by default), from the trajectory rows `workbench.lab.runs.load_runs` reads.
 
 Each run is a step function: its best-so-far after each evaluated node, held until the next. A configuration's
 curve is evaluated at every x where one of its runs changes; at a given x only the runs that have timed something

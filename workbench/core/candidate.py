@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .paths import candidate_dir
+
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -34,7 +36,7 @@ class Candidate:
 
     def write(self, directory: str | Path | None = None) -> Path:
         """Write the source to <directory>/cand_<hash>.py (idempotent) and return the path."""
-        d = Path(directory) if directory else default_candidate_dir()
+        d = Path(directory) if directory else candidate_dir()
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"cand_{self.hash}.py"
         if not path.exists() or path.read_text() != self.source:
@@ -51,5 +53,3 @@ def content_hash(source: str) -> str:
     return hashlib.sha256(norm.encode()).hexdigest()[:16]
 
 
-def default_candidate_dir() -> Path:
-    return Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".workbench")) / "candidates"

@@ -99,7 +99,7 @@ def describe_environment() -> dict[str, Any]:
 
 def import_candidate(path: str | Path) -> Any:
     """Import a candidate file under a fresh module name; return its ModelNew class."""
-    from ..problems.loader import import_file
+    from ...problems.loader import import_file
 
     p = Path(path)
     mod = import_file(p, f"_wb_cand_{p.stem}_{next(_counter)}")

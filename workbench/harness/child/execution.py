@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..devices import sandbox
-from ..problems.problem import Problem
+from . import sandbox
+from ...problems.problem import Problem
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
 

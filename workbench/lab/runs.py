@@ -1,6 +1,6 @@
 """Run directories: what one notebook run leaves behind (`save_run`) and what a comparison reads back (`load_runs`).
 
-A sweep (`workbench.sweep`) gives every run a directory `<out_root>/<sweep>/<run_id>/` holding `manifest.json`
+A sweep (`workbench.lab.sweep`) gives every run a directory `<out_root>/<sweep>/<run_id>/` holding `manifest.json`
 (status, parameters, grid point, git sha and dirty flag, versions, GPU), `config.yaml` and the executed notebook. A
 notebook that declares an `out_dir` parameter and calls `save_run(search, out_dir)` adds:
 

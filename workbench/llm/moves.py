@@ -17,7 +17,7 @@ import dataclasses
 import random
 from typing import Any
 
-from ..candidate import Candidate, content_hash
+from ..core.candidate import Candidate, content_hash
 
 MOVE = "llm"
 

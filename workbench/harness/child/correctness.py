@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from . import tolerance as tol_mod
+from .. import tolerance as tol_mod
 from .execution import (Pair, clone, degenerate_inputs, make_inputs, nbytes, poison, reference_rounding, run_model,
                         same_inputs, set_precision_policy, tensors, widenable)
-from .records import FAIL, INCONCLUSIVE, PASS
+from ...core.records import FAIL, INCONCLUSIVE, PASS
 
 SEED_BASE = 1234
 

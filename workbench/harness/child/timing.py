@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from ..devices import sandbox
-from . import tolerance as tol_mod
+from . import sandbox
+from .. import tolerance as tol_mod
 from .execution import (Pair, make_inputs, reference_rounding, run_model, set_precision_policy, tensors,
                         widenable)
-from .records import FAIL, PASS
+from ...core.records import FAIL, PASS
 
 FIDELITY = {
     # Calls are sized by time, like triton.testing.do_bench (whose default is ~100 ms of calls): a time-based warm-up

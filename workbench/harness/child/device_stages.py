@@ -13,12 +13,12 @@ from typing import Any, Callable
 
 import torch
 
-from ..devices import sandbox
-from ..problems.loader import ProblemError
-from ..problems.problem import Problem
+from . import sandbox
+from ...problems.loader import ProblemError
+from ...problems.problem import Problem
 from . import correctness, timing
 from .execution import build_pair
-from .records import FAIL, PASS
+from ...core.records import FAIL, PASS
 
 _pair_cache: dict[tuple, Any] = {}
 

@@ -12,11 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def ceilings_dir() -> Path:
-    return Path(os.environ.get("WORKBENCH_CEILINGS", REPO_ROOT / "results" / "ceilings"))
+from .paths import ceilings_dir
 
 
 def slug(gpu_name: str) -> str:

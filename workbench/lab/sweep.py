@@ -54,7 +54,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .config import ConfigError, RunSpec, SweepConfig, expand, load_sweep, to_yaml
+from .sweep_config import ConfigError, RunSpec, SweepConfig, expand, load_sweep, to_yaml
 
 KERNEL_NAME = "workbench-sweep"
 OUT_DIR_PARAM = "out_dir"  # passed to notebooks that declare it: where they may write events/parquet
@@ -469,7 +469,7 @@ def _ray_envs(targets: dict[str, str], jobs: int) -> dict[str, dict[str, str]]:
     part of it (a value set in this environment wins: it may know of other sweeps on the cluster)."""
     user = ""
     if targets and os.environ.get("WORKBENCH_RAY_SHARE", "").strip():
-        from .devices.ray_device import ray_share  # the device's own reading of it (ray itself is not imported)
+        from ..devices.ray_device import ray_share  # the device's own reading of it (ray itself is not imported)
 
         try:
             user = str(ray_share())
