@@ -10,7 +10,7 @@ runs for real on the CPU (it needs no GPU).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..core.candidate import content_hash
 from ..core.records import REFUSED, STAGES, StageRecord

@@ -153,5 +153,4 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None, **k
     return out
 
 
-__all__ = ["SurrogateComparison", "calibration_frames", "suite_data", "surrogate_comparison", "sweep_report_html",
-           "write_sweep_report"]
+__all__ = ["sweep_report_html", "write_sweep_report"]
