@@ -108,7 +108,7 @@ def problem():
 
 # ---- proposer ----
 def test_proposer_round_trip(problem, tmp_path):
-    recorder = CallRecorder(tmp_path / "store.sqlite")
+    recorder = CallRecorder(Store(tmp_path / "store.sqlite"))
     client = make_client("proposer_ok", recorder=recorder)
     [p] = LLMProposer(problem, client).propose(parent_source=None)
     assert p.ok and p.failure is None and p.call_id
@@ -322,7 +322,7 @@ def test_retries_give_up_and_connection_errors(problem):
 def test_cost_accounting(problem, tmp_path):
     store = Store(tmp_path / "store.sqlite")  # the calls go into the store's own file, in a table of their own
     store.put_problem(problem)
-    recorder = CallRecorder.for_store(store)
+    recorder = CallRecorder(store)
     client = make_client("proposer_ok", "proposer_truncated", recorder=recorder)
     LLMProposer(problem, client).propose()
     LLMProposer(problem, client).propose()

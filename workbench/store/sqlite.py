@@ -9,12 +9,16 @@ backoff when the file is locked, so concurrent writers queue up and nothing is l
 its method returns.
 
 Tables (JSON kept as TEXT, timestamps as ISO-8601 UTC text):
-  problems(key PK, name, path, source, overrides, policy, counts, created_at)
+  problems(key PK, name, path, source, overrides, policy (its precision), counts, created_at)
   candidates(hash PK, source, parent, origin, created_at)
   evaluations(id PK, problem_key -> problems, candidate_hash -> candidates, device, fidelity, ok, stages,
               candidate_ms, eager_ms, compile_ms, speedup_vs_eager, speedup_vs_compile,
               gpu_name, driver, torch_version, triton_version, harness_version, timing_method, reps, spread,
               provenance, created_at)
+  search_events(search_id, seq, event, created_at; PK (search_id, seq)): a search's events, what it resumes from
+  llm_calls(id PK, created_at, purpose, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+            cost_usd, latency_s, retries, stop_reason, ok, error, prompt, reply): one row per LLM call, its text
+            redacted by the caller (`workbench.llm.recorder`); the API key is never a column
 """
 from __future__ import annotations
 
@@ -38,7 +42,10 @@ LOCK_RETRY_S = 300.0  # give up on a locked database only after this long: losin
 
 SUMMARY_COLUMNS = ("candidate_ms", "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile")
 PROVENANCE_TEXT = ("gpu_name", "driver", "torch_version", "triton_version", "harness_version", "timing_method")
-TABLES = ("problems", "candidates", "evaluations")
+TABLES = ("problems", "candidates", "evaluations")  # the measurement tables `frame` and `export_parquet` read
+LLM_CALL_COLUMNS = ("id", "created_at", "purpose", "model", "input_tokens", "output_tokens", "cache_read_tokens",
+                    "cache_write_tokens", "cost_usd", "latency_s", "retries", "stop_reason", "ok", "error", "prompt",
+                    "reply")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS problems (
@@ -90,6 +97,11 @@ CREATE TABLE IF NOT EXISTS search_events (
     created_at TEXT NOT NULL,
     PRIMARY KEY (search_id, seq)
 );
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id TEXT PRIMARY KEY, created_at TEXT NOT NULL, purpose TEXT, model TEXT,
+    input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER, cache_write_tokens INTEGER,
+    cost_usd REAL, latency_s REAL, retries INTEGER, stop_reason TEXT, ok INTEGER, error TEXT, prompt TEXT, reply TEXT
+);
 """
 
 
@@ -134,7 +146,7 @@ def reaches(evaluation: Evaluation, fidelity: str) -> bool:
     failure (a failed candidate need not be re-run). An inconclusive last stage is not a failure: it may pass later."""
     want = STAGES.index(fidelity)
     last = evaluation.stages[-1] if evaluation.stages else None
-    if last is not None and (last.data.get("retry") or last.data.get("executor_failure")):
+    if last is not None and not last.reusable:
         return False  # the budget ran out, replay had no record, or the executor lost the work: not the candidate's
     if any(s.name in STAGES and STAGES.index(s.name) >= want for s in evaluation.stages):
         return True
@@ -236,7 +248,7 @@ class Store:
     def put_problem(self, problem: Any, counts: dict[str, Any] | None = None) -> str:
         """Store a workbench.problems.Problem (idempotent); `counts`, when given, replaces the stored counts."""
         row = (problem.key, problem.name, str(problem.path), problem.source, _json(dict(problem.overrides)),
-               problem.policy, None if counts is None else _json(counts), _now())
+               problem.effective_precision, None if counts is None else _json(counts), _now())
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT OR IGNORE INTO problems (key, name, path, source, overrides, policy, counts, "
@@ -282,6 +294,21 @@ class Store:
             rows = self._conn.execute("SELECT event FROM search_events WHERE search_id = ? ORDER BY seq",
                                       (search_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def put_llm_call(self, call: dict[str, Any]) -> str:
+        """Record one LLM call (a row of `llm_calls`, keyed by its id; LLM_CALL_COLUMNS missing from `call` are
+        NULL). The text must be redacted already: the store writes what it is given."""
+        row = tuple(call.get(k) for k in LLM_CALL_COLUMNS)
+        sql = (f"INSERT OR REPLACE INTO llm_calls ({', '.join(LLM_CALL_COLUMNS)}) "
+               f"VALUES ({', '.join('?' * len(LLM_CALL_COLUMNS))})")
+        self._write(lambda conn: conn.execute(sql, row))
+        return call["id"]
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        """Every recorded LLM call, oldest first."""
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM llm_calls ORDER BY created_at, id").fetchall()
+        return [dict(r) for r in rows]
 
     def candidate_source(self, candidate_hash: str) -> str | None:
         with self._lock:
