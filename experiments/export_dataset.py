@@ -2,9 +2,12 @@
 
     python experiments/export_dataset.py [--raw results/dataset/raw] [--out results/dataset]
 
-Checks, per row, that the recorded choice still renders to the recorded source hash (`regenerates`): a kernel
-template changed since collection orphans its rows for replay, and the report says how many. Writes
-candidates.parquet, problems.parquet, full.parquet, provenance.json and SUMMARY.md.
+Checks, per row, that the recorded choice still renders the kernels that were measured (`regenerates`), by the
+candidate identity the collection recorded (`workbench.kernels.identity`): a family whose template version was bumped
+since collection orphans its rows for replay, a cosmetic template edit does not (the summary counts such drift).
+Rows collected before identities were recorded are checked on their exact source text, and get the identity of that
+text when it still renders (re-export before a cosmetic template edit to keep them). Writes candidates.parquet,
+problems.parquet, full.parquet, provenance.json and SUMMARY.md.
 """
 from __future__ import annotations
 
@@ -16,14 +19,20 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
+from collect_dataset import iter_rows  # noqa: E402
+from workbench.core import ceilings  # noqa: E402
+from workbench.problems import Problem  # noqa: E402
+from workbench.problems.analysis import count, roofline_floor  # noqa: E402
+from workbench.proposers.offline import Choice, OfflineProposer  # noqa: E402
+
 
 def read_rows(raw: Path) -> list[dict]:
-    from collect_dataset import iter_rows
-
     rows, seen = [], set()
     for r in iter_rows(raw):
         key = (r["kind"], r["problem_key"], r["candidate"])
@@ -62,8 +71,9 @@ def candidate_row(r: dict) -> dict:
     sp = qd.get("speedup_vs_eager")
     return {
         "problem": r["problem"], "problem_key": r["problem_key"], "candidate": r["candidate"],
-        "choice_digest": origin.get("choice"), "choice_json": origin.get("config"),
-        "n_groups": len(choice.get("configs", {})), "fused_points": sum(bool(v) for v in choice.get("fuse", {}).values()),
+        "choice_digest": origin.get("choice"), "choice_json": origin.get("config"), "identity": origin.get("identity"),
+        "n_groups": len(choice.get("configs", {})),
+        "fused_points": sum(bool(v) for v in choice.get("fuse", {}).values()),
         "fusion_points": len(choice.get("fuse", {})),
         "coverage_flops": origin.get("coverage_flops"), "coverage_bytes": origin.get("coverage_bytes"),
         "space_size": float(r["space_size"]) if r.get("space_size") is not None else None, "gpu": r.get("gpu"),
@@ -80,10 +90,6 @@ def candidate_row(r: dict) -> dict:
 
 
 def problem_rows(rows: list[dict], cands) -> list[dict]:
-    from workbench.core import ceilings
-    from workbench.problems import Problem
-    from workbench.problems.analysis import count, roofline_floor
-
     ceil = ceilings.load("NVIDIA H200")
     noise = {r["problem_key"]: r for r in rows if r["kind"] == "noise"}
     out = []
@@ -129,26 +135,32 @@ def full_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def regenerates(cands) -> list[bool]:
-    """Does each row's choice still render to its recorded source hash?"""
-    from workbench.problems import Problem
-    from workbench.proposers.offline import Choice, OfflineProposer
-
+def check_identities(cands) -> tuple[list[bool], list[str | None], int]:
+    """Per row: does its choice still render the kernels that were measured (`regenerates`), and its identity key
+    (the collection's, or for older rows the one its exact source text still renders as; None when it does not);
+    plus how many regenerating rows render another text now (drift: cosmetic template edits)."""
     proposers: dict[str, OfflineProposer] = {}
-    out = []
-    for name, h, cj in zip(cands["problem"], cands["candidate"], cands["choice_json"]):
+    ok, keys, drift = [], [], 0
+    for name, h, cj, recorded in zip(cands["problem"], cands["candidate"], cands["choice_json"], cands["identity"]):
+        recorded = recorded if isinstance(recorded, str) and recorded else None
         if name not in proposers:
             proposers[name] = OfflineProposer(Problem.load(name))
         try:
-            out.append(proposers[name].render(Choice.from_dict(json.loads(cj))).hash == h)
-        except Exception:
-            out.append(False)
-    return out
+            choice = Choice.from_dict(json.loads(cj))
+            current = proposers[name].identity(choice)
+            source_hash = proposers[name].render(choice).hash
+        except Exception:  # the choice no longer fits the problem's space: nothing renders it
+            ok.append(False)
+            keys.append(recorded)
+            continue
+        same = current.key == recorded if recorded else source_hash == h
+        ok.append(same)
+        keys.append(recorded or (current.key if same else None))
+        drift += same and source_hash != h
+    return ok, keys, drift
 
 
 def main() -> None:
-    import pandas as pd
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--raw", default=str(ROOT / "results" / "dataset" / "raw"))
     ap.add_argument("--out", default=str(ROOT / "results" / "dataset"))
@@ -169,7 +181,7 @@ def main() -> None:
             row["full_timed"] = full is not None
             cand_rows.append(row)
     cands = pd.DataFrame(cand_rows)
-    cands["regenerates"] = regenerates(cands)
+    cands["regenerates"], cands["identity"], drift = check_identities(cands)
     problems = pd.DataFrame(problem_rows(rows, cands))
     full = pd.DataFrame(full_rows(rows))
     out.mkdir(parents=True, exist_ok=True)
@@ -185,22 +197,24 @@ def main() -> None:
             "sampling": "OfflineProposer.sample(per_problem, seed=0): the default point, then seeded random points "
                         "(fusion choices and configurations); the sample is prefix-stable, so slices with a larger "
                         "per-problem count extend earlier ones",
-            "correctness_seeds": 3, "timing": "quick_timing fidelity (workbench.harness.child.timing.FIDELITY)",
+            "correctness_seeds": 3, "timing": "quick_timing (workbench.harness.child.timing.TIMING_SETTINGS)",
             "sources": "not stored: choice_json renders the source through OfflineProposer.render; `regenerates` "
-                       "says whether it still does"}
+                       "says whether it still renders the measured kernels, `identity` names them "
+                       "(workbench.kernels.identity)"}
     (out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
-    (out / "SUMMARY.md").write_text(summary(cands, problems, full))
-    print(summary(cands, problems, full))
+    (out / "SUMMARY.md").write_text(summary(cands, problems, full, drift))
+    print(summary(cands, problems, full, drift))
 
 
-def summary(cands, problems, full) -> str:
+def summary(cands, problems, full, drift: int = 0) -> str:
     by_out = Counter(cands["outcome"])
     fail_stage = Counter(cands.loc[cands["outcome"] == "fails", "failed_stage"])
     lines = ["# H200 measurement dataset", "",
              f"{len(cands)} candidates over {cands['problem'].nunique()} problems: {by_out.get('ok', 0)} timed, "
              f"{by_out.get('fails', 0)} failed ({', '.join(f'{k} {v}' for k, v in fail_stage.most_common())}), "
              f"{by_out.get('unmeasured', 0)} not measured. {int(cands['regenerates'].sum())} of {len(cands)} rows "
-             "regenerate their exact source from the current templates.", "",
+             "regenerate their measured kernels from the current templates"
+             + (f" ({drift} with another source text: cosmetic template edits)." if drift else "."), "",
              "| problem | candidates | timed | failed | best vs eager | median vs eager | noise sd (log2) |",
              "|---|---|---|---|---|---|---|"]
     for _, p in problems.iterrows():
@@ -237,10 +251,10 @@ def suite_table(full, problems) -> str:
     bad = full[~full["ok"]]
     lines += ["", f"{len(ok)} problems measured ({len(bad)} failed full timing); geo-mean speedup vs eager {ge:.3f}x, "
                   f"vs torch.compile {gc:.3f}x. The pool is a seeded sample of each problem's space (up to 250 "
-                  "points), so this is the sample's best, not the space's. floor / best is the roofline floor (measured copy "
-                  "bandwidth and GEMM rates) over the best time; above 100 % the ceiling is not a bound for that "
-                  "kernel: a read-mostly reduction streams faster than a copy, and tf32x3 (three tf32 tensor-core "
-                  "products, fp32 accuracy) beats the fp32 SIMT rate."]
+                  "points), so this is the sample's best, not the space's. floor / best is the roofline floor "
+                  "(measured copy bandwidth and GEMM rates) over the best time; above 100 % the ceiling is not a "
+                  "bound for that kernel: a read-mostly reduction streams faster than a copy, and tf32x3 (three "
+                  "tf32 tensor-core products, fp32 accuracy) beats the fp32 SIMT rate."]
     return "\n".join(lines)
 
 

@@ -69,7 +69,7 @@ def _tally(evs, wall_s: float, gpus: int) -> dict:
             "gpu_s": round(gpu_s, 1), "gpu_busy": round(gpu_s / (wall_s * gpus), 3),
             "reached_quick_timing": sum(1 for ev in evs if (q := ev.stage("quick_timing")) and q.verdict == PASS),
             "failed": sum(1 for r in last if r.verdict == "fail"),
-            "lost_worker": sum(1 for r in last if r.data.get("executor_failure") == "lost_worker"),
+            "lost_worker": sum(1 for r in last if r.executor_failure == "lost_worker"),
             "timed_out": sum(1 for r in last if "timed out" in (r.reason or ""))}
 
 
@@ -166,7 +166,7 @@ def phase(name: str, args) -> dict:
                                         "mean": round(sum(comp) / len(comp), 3), "sum": round(sum(comp), 1)}
                 if kind == "fault":
                     frame = store.evaluations_frame()
-                    killed = [ev for ev in evs if ev.stages and ev.stages[-1].data.get("executor_failure")]
+                    killed = [ev for ev in evs if ev.stages and ev.stages[-1].executor_failure]
                     rec["fault"] = {**fault, "records_in_store": len(frame), "evaluations": len(evs),
                                     "every_record_stored": set(frame["candidate_hash"]) >= {ev.candidate_hash
                                                                                            for ev in evs},

@@ -85,7 +85,8 @@ def time_eager(problem: Problem, reps: int = 10, warmup: int = 3) -> float:
     """Median eager time in ms of the reference on the current CUDA device."""
     import torch
 
-    allow = problem.policy == "tf32"  # as the harness runs the reference: true fp32 unless the problem accepts tf32
+    # as the harness runs the reference: true fp32 unless the problem accepts tf32
+    allow = problem.effective_precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
     torch.manual_seed(0)

@@ -10,9 +10,10 @@ from cheat_headers import candidate_files, cheat_files, read_header
 from workbench.core.candidate import Candidate
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
+from workbench.core.records import FAIL, PASS, REFUSED, StageRecord, Verdict
 from workbench.harness.budget import Budget
+from workbench.harness.child import timing
 from workbench.harness.ladder import Ladder, PromotionPolicy
-from workbench.core.records import FAIL, PASS, REFUSED, StageRecord
 from workbench.problems import Problem
 from workbench.store import Store
 
@@ -188,3 +189,34 @@ def test_store_answers_repeated_evaluations(tmp_path):
     assert again.provenance.get("from_store") and again.fidelity == first.fidelity == "full_timing"
     frame = store.evaluations_frame()
     assert len(frame) == 1 and frame["harness_version"].iloc[0] == "1"
+
+
+def test_a_budget_refusal_is_marked_for_retry_and_old_records_keep_their_flags():
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    ladder = Ladder(ScriptedDevice(quick_ms=[1.0]), budget=Budget(gpu_seconds=0.0))
+    refused = ladder.evaluate(problem, _cands(1)[0]).stages[-1]
+    assert refused.verdict == REFUSED and refused.retry and not refused.reusable and "retry" not in refused.data
+    assert StageRecord.from_dict(refused.to_dict()) == refused
+    # records stored before the flags were fields carry them inside `data`
+    old = StageRecord.from_dict({"name": "correctness", "verdict": "fail", "data": {"executor_failure": "timeout",
+                                                                                     "seed": 3}})
+    assert old.executor_failure == "timeout" and old.data == {"seed": 3} and not old.reusable
+    assert old.verdict is Verdict.FAIL and old.verdict == "fail" and f"{old.verdict}" == "fail"
+    with pytest.raises(ValueError):
+        StageRecord("static", "passed")  # a verdict is one of Verdict's values
+
+
+def test_timing_flags_a_time_too_good_to_be_true():
+    """Below the roofline floor when the problem has one; without a floor, KernelBench's cruder test (a speedup over
+    eager above EXCESSIVE_SPEEDUP). A flag warns; it does not fail the stage."""
+    fast = {"candidate_ms": 0.01, "speedup_vs_eager": 50.0}
+    data = dict(fast)
+    [flag] = timing.sanity_flags(data, floor_ms=0.02)
+    assert flag["check"] == "below_floor" and flag["severity"] == "warning" and data["below_floor"]
+    data = dict(fast)
+    [flag] = timing.sanity_flags(data, floor_ms=None)
+    assert flag["check"] == "excessive_speedup" and flag["severity"] == "warning" and data["excessive_speedup"]
+    assert "50x eager" in flag["reason"]
+    assert timing.sanity_flags(dict(fast), floor_ms=0.005) == []  # above a known floor: the floor is the better judge
+    plausible = {"candidate_ms": 0.2, "speedup_vs_eager": timing.EXCESSIVE_SPEEDUP * 0.9}
+    assert timing.sanity_flags(plausible, floor_ms=None) == [] and "excessive_speedup" not in plausible

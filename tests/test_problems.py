@@ -125,7 +125,7 @@ def test_plain_kernelbench_file_loads(tmp_path):
     path = write(tmp_path, "plain.py", PLAIN)
     p = Problem.load(path)
     assert p.path == str(path.resolve()) and p.name == "plain" and p.overrides == ()
-    assert p.policy == "strict"
+    assert p.effective_precision == "strict"
     assert p.init_inputs() == [2.0]
     (x,) = p.inputs()
     assert x.shape == (4, 16)
@@ -356,18 +356,18 @@ def test_problem_pickles_and_equals_after_round_trip():
     q = pickle.loads(pickle.dumps(p))
     assert q == p and hash(q) == hash(p)
     assert (q.path, q.overrides, q.precision) == (p.path, p.overrides, "strict")
-    assert q.key == p.key and q.policy == "strict"
+    assert q.key == p.key and q.effective_precision == "strict"
     assert q.inputs()[0].shape == (16, 32)
 
 
-def test_precision_policy_from_file_and_override(tmp_path):
+def test_precision_from_file_and_override(tmp_path):
     assert PRECISIONS == ("strict", "tf32")
-    assert Problem.load("linear_gelu").policy == "tf32"  # declared in the file
-    assert Problem.load("matmul_fp32").policy == "strict"  # default
-    assert Problem.load("linear_gelu", precision="strict").policy == "strict"
-    assert Problem.load("matmul_fp32", precision="tf32").policy == "tf32"
+    assert Problem.load("linear_gelu").effective_precision == "tf32"  # declared in the file
+    assert Problem.load("matmul_fp32").effective_precision == "strict"  # default
+    assert Problem.load("linear_gelu", precision="strict").effective_precision == "strict"
+    assert Problem.load("matmul_fp32", precision="tf32").effective_precision == "tf32"
     path = write(tmp_path, "declares.py", kb('WORKBENCH_PRECISION = "tf32"\n'))
-    assert Problem.load(path).policy == "tf32"
+    assert Problem.load(path).effective_precision == "tf32"
 
 
 def test_invalid_precision_rejected(tmp_path):
@@ -376,7 +376,8 @@ def test_invalid_precision_rejected(tmp_path):
     path = write(tmp_path, "badprec.py", kb('WORKBENCH_PRECISION = "loose"\n'))
     msg = load_error(path)  # rejected at load, not later when the key is first asked for
     assert "badprec.py" in msg and "WORKBENCH_PRECISION must be one of" in msg and "loose" in msg
-    assert Problem.load(path, precision="strict").policy == "strict"  # the caller's policy overrides the file
+    # the caller's precision overrides the file
+    assert Problem.load(path, precision="strict").effective_precision == "strict"
 
 
 # ---------------------------------------------------------------- roofline floor

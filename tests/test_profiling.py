@@ -363,9 +363,7 @@ def test_missing_ncu_and_missing_gpu_are_unavailable(monkeypatch, tmp_path):
     monkeypatch.setattr(ncu, "SEARCH_PATHS", (str(tmp_path / "nowhere" / "*" / "ncu"),))
     with pytest.raises(ProfilerUnavailable, match="not installed"):
         ncu.find_ncu()
-    from workbench.devices import local
-
-    monkeypatch.setattr(local, "cuda_gpu_count", lambda: 0)
+    monkeypatch.setattr(ncu, "cuda_gpu_count", lambda: 0)
     with pytest.raises(ProfilerUnavailable, match="no CUDA GPU"):
         ncu.collect(type("P", (), {"path": "p", "overrides": (), "precision": None})(), "c.py")
 
@@ -375,9 +373,7 @@ def test_counter_permission_error_is_unavailable_with_the_reason(monkeypatch, tm
     fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
                     "NVIDIA GPU Performance Counters on the target device 0.'\nexit 1\n")
     fake.chmod(0o755)
-    from workbench.devices import local
-
-    monkeypatch.setattr(local, "cuda_gpu_count", lambda: 1)
+    monkeypatch.setattr(ncu, "cuda_gpu_count", lambda: 1)
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
     problem = type("P", (), {"path": "p.py", "overrides": (), "precision": None})()
     with pytest.raises(ProfilerUnavailable, match="ERR_NVGPUCTRPERM"):
@@ -392,10 +388,8 @@ def test_collect_runs_ncu_then_reads_its_csv(monkeypatch, tmp_path):
     fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "--import" ] && cat "$FAKE_NCU_CSV" && exit 0; done\n'
                     'while [ $# -gt 0 ]; do [ "$1" = "--export" ] && : > "$2.ncu-rep"; shift; done\nexit 0\n')
     fake.chmod(0o755)
-    from workbench.devices import local
-
     monkeypatch.setenv("FAKE_NCU_CSV", str(tmp_path / "raw.csv"))
-    monkeypatch.setattr(local, "cuda_gpu_count", lambda: 1)
+    monkeypatch.setattr(ncu, "cuda_gpu_count", lambda: 1)
     monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
     problem = type("P", (), {"path": "p.py", "overrides": (("N", "4"),), "precision": None})()
     metrics = ncu.collect(problem, tmp_path / "c.py", timeout=30)

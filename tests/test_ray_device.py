@@ -107,7 +107,7 @@ def test_sweep_survives_a_killed_worker_and_stores_every_result(device, tmp_path
 
     lost = evs[0]
     assert lost.stages[-1].verdict == FAIL and "lost worker" in lost.stages[-1].reason, lost.stages[-1].reason
-    assert lost.stages[-1].data["executor_failure"] == "lost_worker"
+    assert lost.stages[-1].executor_failure == "lost_worker"
     for ev in evs[1:]:  # the others complete; timing is refused on the CPU, exactly as LocalDevice refuses it
         assert [(s.name, s.verdict) for s in ev.stages] == [
             ("static", PASS), ("compile", PASS), ("correctness", PASS), ("quick_timing", REFUSED)], \
@@ -148,7 +148,7 @@ def test_timeout_and_fan_out(device, tmp_path):
     finally:
         device.grace_s = grace
     assert rec.verdict == FAIL and "timed out" in rec.reason and "actor killed" in rec.reason, rec.reason
-    assert rec.data["executor_failure"] == "timeout"
+    assert rec.executor_failure == "timeout"
     assert device.run_stages(problem, good, ["correctness"])[-1].ok  # the pool goes on
 
 

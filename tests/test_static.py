@@ -388,15 +388,15 @@ def test_matmul_operator_in_a_kernel_warns():
 
 def _problem_source(header: dict) -> tuple[str, str]:
     p = Problem.load(header["problem"], header["set"])
-    return p.source, p.policy
+    return p.source, p.effective_precision
 
 
 @pytest.mark.parametrize("path", cheat_files(), ids=lambda p: p.stem)
 def test_cheat_suite(path):
     h = read_header(path)
     assert h["caught_by"] in ("static", "compile", "correctness", "timing") and h["reason"] and h["set"]
-    source, policy = _problem_source(h)
-    rec = static.check_static(path.read_text(), source, policy)
+    source, precision = _problem_source(h)
+    rec = static.check_static(path.read_text(), source, precision)
     errors = [f for f in rec.flags if f["severity"] == "error"]
     assert rec.data["has_model_new"] and rec.data["kernels"] >= 1
     if h["caught_by"] == "static":
@@ -409,8 +409,8 @@ def test_cheat_suite(path):
 def test_honest_candidates_pass(path):
     h = read_header(path)
     assert h["caught_by"] == "none" and h["reason"] == "-"
-    source, policy = _problem_source(h)
-    rec = static.check_static(path.read_text(), source, policy)
+    source, precision = _problem_source(h)
+    rec = static.check_static(path.read_text(), source, precision)
     assert rec.verdict == PASS and not [f for f in rec.flags if f["severity"] == "error"], rec.reason
     assert rec.data["kernels"] >= 1
 

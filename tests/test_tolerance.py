@@ -23,7 +23,7 @@ def test_default_bounds():
     assert FP32.to_dict() == {"norm": 1e-4, "rtol": 1e-3, "atol_rms": 1e-3}
 
 
-@pytest.mark.parametrize("dtypes, policy, expected", [
+@pytest.mark.parametrize("dtypes, precision, expected", [
     ([torch.float32], "strict", "fp32"),
     ([torch.float32], "tf32", "tf32"),
     ([torch.float32, torch.bfloat16], "strict", "bf16"),  # any bf16 makes the class bf16
@@ -37,8 +37,8 @@ def test_default_bounds():
     ([], "tf32", "tf32"),
     (["torch.bfloat16"], "strict", "bf16"),  # dtype names work too
 ])
-def test_precision_class(dtypes, policy, expected):
-    assert precision_class(dtypes, policy) == expected
+def test_precision_class(dtypes, precision, expected):
+    assert precision_class(dtypes, precision) == expected
 
 
 def test_resolve_tf32_loosens_fp32():
@@ -287,10 +287,10 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 16).to(torch.bfloat16)
     x = torch.randn(8, 64, dtype=torch.bfloat16)
-    pair = types.SimpleNamespace(reference=lin, device=torch.device("cpu"),
-                                 problem=types.SimpleNamespace(policy="strict"))
+    models = types.SimpleNamespace(reference=lin, device=torch.device("cpu"),
+                                   problem=types.SimpleNamespace(effective_precision="strict"))
     lo = lin(x)
-    slack, rel = reference_rounding(pair, [x], lo)
+    slack, rel = reference_rounding(models, [x], lo)
     hi = torch.nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
     assert torch.allclose(slack[0], (lo.float() - hi).abs())
     assert float(slack[0].max()) > 0  # bf16 rounding is visible
@@ -301,8 +301,8 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
             assert x.dtype == torch.bfloat16
             return x * 2
 
-    pair.reference = InsistsOnBf16()
-    assert reference_rounding(pair, [x], x * 2) is None  # no fp32 re-run possible: no widening
+    models.reference = InsistsOnBf16()
+    assert reference_rounding(models, [x], x * 2) is None  # no fp32 re-run possible: no widening
 
 
 def test_norm_slack_widens_the_relative_error_bound():
@@ -315,3 +315,65 @@ def test_norm_slack_widens_the_relative_error_bound():
     tol = Tolerance(norm=0.002, rtol=0.01, atol_rms=0.01)
     assert not compare(out, ref, tol)[0]
     assert compare(out, ref, tol, norm_slack=0.0015)[0]
+
+
+# ---------------------------------------------------------------- the output judge (correctness and timing share it)
+
+def _rounding(slack: torch.Tensor, rel: float, calls: list[int], outputs: int = 1):
+    """A stand-in for `execution.reference_rounding` that counts its calls."""
+    def compute():
+        calls.append(1)
+        return [slack] * outputs, [rel] * outputs
+    return compute
+
+
+def test_judge_passes_within_bounds_and_never_asks_for_the_reference_rounding():
+    from workbench.harness.child.judge import judge_outputs
+
+    calls: list[int] = []
+    ref = torch.linspace(1, 2, 1000)
+    j = judge_outputs(ref * (1 + 1e-6), ref, "strict", [torch.float32], rounding=_rounding(ref * 0, 0.0, calls))
+    assert j.ok and not j.widened and j.precision == "fp32" and j.tolerance == FP32
+    assert len(j.outputs) == 1 and j.outputs[0]["elements_outside"] == 0
+    assert calls == []  # the fp32 re-run is paid only when values miss
+
+
+def test_judge_widens_a_rounded_reference_once_and_says_so():
+    from workbench.harness.child.judge import judge_outputs
+
+    ref = torch.linspace(1, 2, 1000).to(torch.bfloat16)
+    out = (ref.float() * 1.03).to(torch.bfloat16)  # 3 % off: outside bf16's norm bound of 1e-2
+    calls: list[int] = []
+    j = judge_outputs((out, out), (ref, ref), "strict", [], rounding=_rounding(ref.float() * 0, 0.0, calls, 2))
+    assert not j.ok and j.failure.startswith("output mismatch") and j.failure.endswith("(output 0)")
+    assert calls == [1]  # asked once, and it did not help: no slack
+    calls.clear()
+    slack = ref.float() * 0.05
+    j = judge_outputs((out, out), (ref, ref), "strict", [], rounding=_rounding(slack, 0.05, calls, 2))
+    assert j.ok and j.widened and j.precision == "bf16" and len(j.outputs) == 2
+    assert calls == [1]  # computed once for both outputs
+
+
+def test_judge_does_not_widen_an_fp32_reference():
+    from workbench.harness.child.judge import judge_outputs
+
+    ref = torch.linspace(1, 2, 1000)
+    calls: list[int] = []
+    j = judge_outputs(ref * 1.01, ref, "strict", [torch.float32], rounding=_rounding(ref, 1.0, calls))
+    assert not j.ok and calls == []  # strict fp32 has no rounding of its own to forgive
+    j = judge_outputs(ref * 1.01, ref, "tf32", [torch.float32], rounding=_rounding(ref, 1.0, calls))
+    assert j.ok and j.widened and calls == [1]  # a tf32 problem's reference does
+
+
+@pytest.mark.parametrize("cand, ref, reason", [
+    ((torch.ones(4), torch.ones(4)), torch.ones(4), "wrong shape: the candidate returned 2 tensor(s), the reference 1"),
+    (torch.ones(3), torch.ones(4), "wrong shape: output 0 is (3,), expected (4,)"),
+    (torch.ones(4, dtype=torch.float64), torch.ones(4), "wrong dtype: output 0 is torch.float64, expected torch.float32"),
+    (torch.full((4,), float("nan")), torch.ones(4), "nan in output: 4 of 4 elements are NaN where the reference is "
+                                                    "finite"),
+])
+def test_judge_names_what_is_wrong(cand, ref, reason):
+    from workbench.harness.child.judge import judge_outputs
+
+    j = judge_outputs(cand, ref, "strict", [], rounding=lambda: pytest.fail("no value mismatch to forgive"))
+    assert not j.ok and j.failure == reason

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .. import HARNESS_VERSION
-from ..harness import compile as compile_stage
 from ..core import paths
-from ..core.records import FAIL, INCONCLUSIVE, PASS, REFUSED, StageRecord
+from ..core.records import FAIL, PASS, REFUSED, TIMING_STAGES, StageRecord, Verdict
+from ..harness import compile as compile_stage
 from ..problems.problem import Problem
 from .worker import Worker
 
-TIMING_STAGES = ("quick_timing", "full_timing")
 COMPILE_ENV = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}  # compile workers never see a GPU
 DEFAULT_TIMEOUTS = {"compile": 180.0, "correctness": 300.0, "quick_timing": 180.0, "full_timing": 600.0}
 CPU_TIMING_REFUSAL = ("the CPU device does not time kernels: a CPU or interpreter time is not a GPU time. "
@@ -127,7 +126,7 @@ class LocalDevice:
     def _compile_on(self, worker: Worker, problem: Problem, cand_path: str | Path) -> StageRecord:
         t0 = time.perf_counter()
         result = worker.call("workbench.harness.child.compile_probe:probe", self.timeouts["compile"],
-                             problem=_spec(problem), cand_path=str(cand_path))
+                             problem=problem_spec(problem), cand_path=str(cand_path))
         return compile_stage.judge(result, time.perf_counter() - t0)
 
     def run_stages(self, problem: Problem, cand_path: str | Path, stages: list[str],
@@ -145,7 +144,7 @@ class LocalDevice:
             t0 = time.perf_counter()
             with lock:
                 result = self.worker.call("workbench.harness.child.device_stages:run", timeout,
-                                          problem=_spec(problem), cand_path=str(cand_path),
+                                          problem=problem_spec(problem), cand_path=str(cand_path),
                                           device="cuda:0" if self.kind == "cuda" else "cpu",
                                           stages=stages, options=options or {})
             wall = time.perf_counter() - t0
@@ -155,7 +154,8 @@ class LocalDevice:
         return records
 
 
-def _spec(problem: Problem) -> tuple:
+def problem_spec(problem: Problem) -> tuple:
+    """The problem as a worker rebuilds it (`Problem(*spec)`): path, overrides, the caller's precision."""
     return (problem.path, problem.overrides, problem.precision)
 
 
@@ -185,7 +185,7 @@ def _records(result: dict[str, Any], stages: list[str], wall: float, on_gpu: boo
     overhead = max(wall - sum(r.get("seconds", 0.0) for r in raw), 0.0)
     for i, r in enumerate(raw):
         cost = r.get("seconds", 0.0) + (overhead if i == 0 else 0.0)
-        verdict = r["verdict"] if r["verdict"] in (PASS, FAIL, INCONCLUSIVE, REFUSED) else FAIL
+        verdict = r["verdict"] if r["verdict"] in tuple(Verdict) else FAIL
         records.append(StageRecord(r["name"], verdict, r.get("reason", ""), cost, cost if on_gpu else 0.0,
                                    data=r.get("data", {}), flags=r.get("flags", [])))
     return records

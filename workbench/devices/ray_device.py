@@ -36,9 +36,9 @@ from typing import Any, Callable, Sequence
 
 from .. import HARNESS_VERSION
 from ..core import paths
-from ..core.records import FAIL, StageRecord
+from ..core.records import FAIL, TIMING_STAGES, StageRecord
 from ..problems.problem import Problem
-from .local import DEFAULT_TIMEOUTS, TIMING_STAGES, NoGPUError
+from .local import DEFAULT_TIMEOUTS, LocalDevice, NoGPUError
 
 # Ray errors that mean the actor, its worker process or its node is gone (looked up by name: they vary by version).
 LOST_ERRORS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
@@ -77,16 +77,14 @@ def _short(e: BaseException, n: int = 300) -> str:
 
 
 def _failed(stage: str, reason: str, wall: float, on_gpu: bool, why: str) -> StageRecord:
-    # data["executor_failure"] marks a failure of the cluster, not of the candidate: worth retrying elsewhere
-    return StageRecord(stage, FAIL, reason, wall, wall if on_gpu else 0.0, data={"executor_failure": why})
+    # a failure of the cluster, not of the candidate: worth retrying elsewhere, never reused from a store
+    return StageRecord(stage, FAIL, reason, wall, wall if on_gpu else 0.0, executor_failure=why)
 
 
 class _Evaluator:
     """Actor body (wrapped with ray.remote at run time, so importing this module does not need ray)."""
 
     def __init__(self, kind: str, timeouts: dict[str, float]):
-        from .local import LocalDevice
-
         self.dev = LocalDevice(kind, 0, timeouts)
         self.files = paths.ray_files_dir()
         import ray

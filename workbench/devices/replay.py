@@ -2,19 +2,25 @@
 
 It reads evaluations recorded on a real GPU (`recorded_device`, e.g. "cuda:NVIDIA H200") from stores: the shipped
 measurement dataset (`from_dataset`, results/dataset), or store files written by evaluations on a GPU (`from_paths`),
-or both. A candidate is matched by its exact source (content hash) and
-problem key; a stage that was never measured for it is answered "refused: not measured", never with an invented
-number. Recorded GPU-seconds are charged as they were spent, so budgets mean the same as on the GPU. The compile stage
-runs for real on the CPU (it needs no GPU).
+or both. A candidate is matched with the problem key by its source hash; the dataset resolves an offline-proposer
+candidate by its identity instead (`workbench.kernels.identity`), so a cosmetic template edit since the measurement
+still replays, and `drifted` counts the sources answered that way. A stage that was never measured for a candidate is
+answered "refused: not measured", never with an invented number. Recorded GPU-seconds are charged as they were spent,
+so budgets mean the same as on the GPU. A compile stage with no recording runs for real on the CPU (it needs no GPU).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import HARNESS_VERSION
 from ..core.candidate import content_hash
 from ..core.records import REFUSED, STAGES, StageRecord
+from ..core.target import H200
 from ..problems.problem import Problem
+from ..store import Store
+from ..store.dataset import RecordedDataset
+from .local import LocalDevice
 
 NOT_MEASURED = ("not measured: no recorded {gpu} measurement of this candidate at this stage (replay answers only "
                 "from real measurements)")
@@ -23,7 +29,7 @@ NOT_MEASURED = ("not measured: no recorded {gpu} measurement of this candidate a
 class ReplayDevice:
     kind = "replay"
 
-    def __init__(self, stores: list[Any], recorded_device: str = "cuda:NVIDIA H200", compile_device=None):
+    def __init__(self, stores: list[Any], recorded_device: str = H200.device, compile_device=None):
         if not stores:
             raise ValueError("the replay device needs at least one store of recorded measurements")
         self.stores = stores
@@ -34,8 +40,6 @@ class ReplayDevice:
 
     @classmethod
     def from_paths(cls, paths: list[str | Path], **kw) -> "ReplayDevice":
-        from ..store import Store
-
         missing = [str(p) for p in paths if not Path(p).exists()]
         if missing:
             raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
@@ -45,9 +49,6 @@ class ReplayDevice:
     def from_dataset(cls, path: str | Path | None = None, stores: list[str | Path] = (), problems=None,
                      **kw) -> "ReplayDevice":
         """Replay the shipped measurement dataset (plus any extra store files)."""
-        from ..store import Store
-        from ..store.dataset import RecordedDataset
-
         missing = [str(p) for p in stores if not Path(p).exists()]
         if missing:
             raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
@@ -65,9 +66,12 @@ class ReplayDevice:
     def timeouts(self) -> dict[str, float]:
         return {}
 
-    def provenance(self) -> dict[str, Any]:
-        from .. import HARNESS_VERSION
+    @property
+    def drifted(self) -> int:
+        """Sources answered from a recording of the same candidate with another text (a cosmetic template edit)."""
+        return sum(len(s.drift) for s in self.stores if isinstance(s, RecordedDataset))
 
+    def provenance(self) -> dict[str, Any]:
         return {"device": self.name, "replay_of": self.recorded_device, "harness_version": HARNESS_VERSION}
 
     def close(self) -> None:
@@ -88,8 +92,6 @@ class ReplayDevice:
         if rec is not None:
             return rec
         if self._compile_device is None:
-            from .local import LocalDevice
-
             self._compile_device = LocalDevice("cpu")
         return self._compile_device.compile(problem, cand_path)
 
@@ -109,8 +111,7 @@ class ReplayDevice:
                     out.append(failed)  # it failed earlier on the GPU: that is the recorded answer
                 else:
                     self.not_measured += 1
-                    out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name),
-                                           data={"retry": True}))
+                    out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name), retry=True))
                 break
             self.answered += 1
             out.append(StageRecord.from_dict({**rec.to_dict(), "data": {**rec.data, "replayed": True}}))

@@ -26,9 +26,9 @@ _START_LOCK = threading.Lock()  # workers with different environments may start 
 
 def _child_main(conn, env: dict[str, str]) -> None:
     os.environ.update(env)
-    # A candidate that prints a lot must not block on a full pipe to a parent that is not reading stdout.
-    from ..harness.child import sandbox  # noqa: F401  (imports torch/triton with the environment set above)
+    from ..harness.child import sandbox  # imports torch and triton, with the environment set above
 
+    # isort: split
     # torch imports dynamo lazily (the first elementwise op on meta tensors does) and dynamo wraps torch.manual_seed:
     # load it now so the snapshot below sees torch as the harness will, and a candidate's own patch stands out.
     import torch._dynamo  # noqa: F401

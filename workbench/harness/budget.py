@@ -7,10 +7,6 @@ import time
 from collections import defaultdict
 
 
-class BudgetExhausted(RuntimeError):
-    pass
-
-
 @dataclasses.dataclass
 class Budget:
     gpu_seconds: float | None = None  # None: unlimited
@@ -26,10 +22,6 @@ class Budget:
         with self._lock:
             return sum(self.spent.values())
 
-    @property
-    def gpu_left(self) -> float:
-        return float("inf") if self.gpu_seconds is None else max(self.gpu_seconds - self.gpu_spent, 0.0)
-
     def exhausted(self) -> str | None:
         """Why no more GPU work may start, or None."""
         if self.gpu_seconds is not None and self.gpu_spent >= self.gpu_seconds:
@@ -42,6 +34,11 @@ class Budget:
         with self._lock:
             self.spent[stage] += gpu_s
             self.evaluations[stage] += 1
+
+    def carry_over(self, gpu_s: float) -> None:
+        """What a resumed search had already spent (its last event's GPU-seconds), counted as stage "resumed"."""
+        with self._lock:
+            self.spent["resumed"] = gpu_s
 
     def report(self) -> dict[str, object]:
         return {"gpu_seconds_limit": self.gpu_seconds, "gpu_seconds_spent": self.gpu_spent,

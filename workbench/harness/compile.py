@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.records import FAIL, INCONCLUSIVE, PASS, StageRecord
+from ..core.records import FAIL, INCONCLUSIVE, PASS, Stage, StageRecord
 from ..core.target import H200
 
 # sm_90 launch limits (CUDA programming guide, compute capability 9.0).
@@ -36,7 +36,7 @@ def launch_problems(k: dict[str, Any]) -> list[str]:
 def judge(result: dict[str, Any], cost_s: float) -> StageRecord:
     """Parent-side: turn the probe's result into the compile stage's record."""
     if result.get("tampered"):
-        return StageRecord("compile", FAIL, "tampering: importing the candidate changed " +
+        return StageRecord(Stage.COMPILE, FAIL, "tampering: importing the candidate changed " +
                            ", ".join(result["tampered"]), cost_s)
     if "error" in result:
         reason = result["error"]
@@ -44,7 +44,8 @@ def judge(result: dict[str, Any], cost_s: float) -> StageRecord:
             reason = f"compile timed out ({reason})"
         elif result.get("crashed"):
             reason = f"compile crashed ({reason})"
-        return StageRecord("compile", FAIL, reason, cost_s, data={k: v for k, v in result.items() if k in ("traceback",)})
+        return StageRecord(Stage.COMPILE, FAIL, reason, cost_s,
+                           data={k: v for k, v in result.items() if k in ("traceback",)})
     kernels = result["kernels"]
     flags = []
     for k in kernels:
@@ -55,21 +56,21 @@ def judge(result: dict[str, Any], cost_s: float) -> StageRecord:
     data = {"kernels": kernels, "n_kernels": len(kernels), "target": "sm_90",
             "trace_error": result.get("trace_error")}
     if result["compile_errors"]:
-        return StageRecord("compile", FAIL, "compile error: " + "; ".join(result["compile_errors"]), cost_s,
+        return StageRecord(Stage.COMPILE, FAIL, "compile error: " + "; ".join(result["compile_errors"]), cost_s,
                            data=data, flags=flags)
     problems = [p for k in kernels for p in launch_problems(k)]
     if problems:
-        return StageRecord("compile", FAIL, "cannot launch on sm_90: " + "; ".join(problems), cost_s, data=data,
+        return StageRecord(Stage.COMPILE, FAIL, "cannot launch on sm_90: " + "; ".join(problems), cost_s, data=data,
                            flags=flags)
     if result.get("trace_error") and not kernels:
-        return StageRecord("compile", INCONCLUSIVE,
+        return StageRecord(Stage.COMPILE, INCONCLUSIVE,
                            f"could not trace kernel launches on meta tensors ({result['trace_error']}); "
                            "correctness on a device decides", cost_s, data=data, flags=flags)
     if not kernels:
-        return StageRecord("compile", PASS, "no Triton kernel launched (nothing to compile)", cost_s, data=data,
+        return StageRecord(Stage.COMPILE, PASS, "no Triton kernel launched (nothing to compile)", cost_s, data=data,
                            flags=flags)
     names = sorted({k["kernel"] for k in kernels})
     reason = f"{len(kernels)} kernel build(s) for sm_90: {', '.join(names)}"
     if result.get("trace_error"):
         reason += f" (forward stopped early on meta tensors: {result['trace_error']})"
-    return StageRecord("compile", PASS, reason, cost_s, data=data, flags=flags)
+    return StageRecord(Stage.COMPILE, PASS, reason, cost_s, data=data, flags=flags)

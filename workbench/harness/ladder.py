@@ -13,11 +13,11 @@ from typing import Any
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ..core import ceilings
 from ..core.candidate import Candidate
 from ..core.contracts import Device, EvaluationSource
-from ..core.records import FAIL, INCONCLUSIVE, PASS, REFUSED, STAGES, Evaluation, StageRecord
+from ..core.records import FAIL, REFUSED, STAGES, Evaluation, Stage, StageRecord
 from ..problems.problem import Problem
-from ..core import ceilings
 from .budget import Budget
 from .static import check_static
 
@@ -93,16 +93,16 @@ class Ladder:
             cached = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, up_to)
             if cached is not None:
                 cached.provenance = {**cached.provenance, "from_store": True}
-                self._note_best(problem, cached)
+                self.note_best(problem, cached)
                 return cached
         ev = Evaluation(problem.key, candidate.hash, self.device.name, provenance=self.device.provenance())
         want = STAGES[: STAGES.index(up_to) + 1]
         self._climb(problem, candidate, want, ev, force_full)
-        timing = ev.stage("full_timing") or ev.stage("quick_timing")
+        timing = ev.stage(Stage.FULL_TIMING) or ev.stage(Stage.QUICK_TIMING)
         if timing is not None and timing.ok:
             ev.provenance.update(timing_method=timing.data.get("method"), reps=timing.data.get("reps"),
                                  spread=timing.data.get("spread"))
-        self._note_best(problem, ev)
+        self.note_best(problem, ev)
         if self.store is not None:
             self.store.put_problem(problem)
             self.store.put_candidate(candidate)
@@ -112,7 +112,7 @@ class Ladder:
     def _climb(self, problem: Problem, candidate: Candidate, want: tuple[str, ...], ev: Evaluation,
                force_full: bool) -> None:
         t0 = time.perf_counter()
-        static = check_static(candidate.source, problem.source, problem.policy)
+        static = check_static(candidate.source, problem.source, problem.effective_precision)
         static.cost_s = time.perf_counter() - t0
         ev.stages.append(static)
         if not static.ok or len(want) == 1:
@@ -122,25 +122,25 @@ class Ladder:
         ev.stages.append(comp)
         if comp.verdict == FAIL or len(want) == 2:
             return
-        device_stages = [s for s in want if s in ("correctness", "quick_timing")]
+        device_stages = [s for s in want if s in (Stage.CORRECTNESS, Stage.QUICK_TIMING)]
         if not self._run(problem, path, device_stages, ev):
             return
-        if "full_timing" not in want:
+        if Stage.FULL_TIMING not in want:
             return
-        quick = ev.stage("quick_timing")
+        quick = ev.stage(Stage.QUICK_TIMING)
         if quick is None or not quick.ok:
             return
         promote, why = (True, "forced") if force_full else self.policy.promote(
             quick, self.best_quick_ms.get(problem.key))
         ev.provenance["promotion"] = why
         if promote:
-            self._run(problem, path, ["full_timing"], ev)
+            self._run(problem, path, [Stage.FULL_TIMING.value], ev)
 
     def _run(self, problem: Problem, path, stages: list[str], ev: Evaluation) -> bool:
         """Run device stages under the budget; True when all passed."""
         why = self.budget.exhausted()
         if why and self.device.kind in ("cuda", "replay"):
-            ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}", data={"retry": True}))
+            ev.stages.append(StageRecord(stages[0], REFUSED, f"not run: {why}", retry=True))
             return False
         options: dict[str, Any] = {"seeds": self.seeds, "tolerance": self.tolerance,
                                    "floor_ms": self.floor_ms(problem), "compile_modes": list(self.compile_modes)}
@@ -160,7 +160,8 @@ class Ladder:
             gpu = self.device.gpu_name
             c = ceilings.load(gpu) if gpu else None
             if c is not None:
-                from ..problems.analysis import count, roofline_floor  # torch: kept out of the parent until needed
+                # torch loads with the counting: kept out of the parent until a GPU stage needs a floor
+                from ..problems.analysis import count, roofline_floor
 
                 try:
                     self._floors[problem.key] = roofline_floor(count(problem), c).ms
@@ -169,8 +170,10 @@ class Ladder:
 
         return self._floors[problem.key]
 
-    def _note_best(self, problem: Problem, ev: Evaluation) -> None:
-        quick = ev.stage("quick_timing")
+    def note_best(self, problem: Problem, ev: Evaluation) -> None:
+        """Take an evaluation's quick time into the best quick time the promotion policy compares against (a resumed
+        search notes its stored evaluations, as the uninterrupted one did when it made them)."""
+        quick = ev.stage(Stage.QUICK_TIMING)
         if quick is not None and quick.ok and "candidate_ms" in quick.data:
             ms = quick.data["candidate_ms"]
             best = self.best_quick_ms.get(problem.key)

@@ -4,7 +4,8 @@ has no need for.
 `check_static(source, problem_source, precision)` returns a StageRecord named "static" whose `flags` are dicts
 {"check", "severity" ("error"|"warning"), "line", "reason"}. Any error fails the stage; warnings only inform. Each
 check is a small function `check_<id>(src) -> list[flag]` over a parsed `Source`, testable on its own. Pass the
-problem's effective source and its policy (`Problem.source`, `Problem.policy`) so the precision check knows the problem.
+problem's effective source and precision (`Problem.source`, `Problem.effective_precision`) so the precision check
+knows the problem.
 
 Names are resolved through the module's imports (`import triton.language as tl` makes `tl.dot` read
 "triton.language.dot") and through simple aliases (`ev = torch.cuda.Event`). The analysis is syntactic: it catches
@@ -19,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from ..core.safe_ast import PARSE_LOCK
-from ..core.records import FAIL, PASS, StageRecord
+from ..core.records import FAIL, PASS, Stage, StageRecord
 
 ERROR, WARNING = "error", "warning"
 FuncDef = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -526,7 +527,7 @@ CHECKS: tuple[Callable[[Source], list[dict]], ...] = (
 
 
 def is_strict_fp32(problem_source: str | None, precision: str = "strict") -> bool:
-    """A strict-policy problem whose source names no half type."""
+    """A strict-precision problem whose source names no half type."""
     return precision == "strict" and problem_source is not None and not re.search(
         r"float16|bfloat16|\bhalf\b", problem_source)
 
@@ -551,7 +552,7 @@ def _check_static(source: str, problem_source: str | None, precision: str) -> St
         src = Source(source)
     except SyntaxError as e:
         reason = f"syntax error at line {e.lineno}: {e.msg}"
-        return StageRecord("static", FAIL, reason, cost_s=time.perf_counter() - t0,
+        return StageRecord(Stage.STATIC, FAIL, reason, cost_s=time.perf_counter() - t0,
                            flags=[_flag("syntax", ERROR, e, reason)], data={"parsed": False})
     fp32 = is_strict_fp32(problem_source, precision)
     flags, seen = [], set()
@@ -570,4 +571,4 @@ def _check_static(source: str, problem_source: str | None, precision: str) -> St
     data = {"parsed": True, "kernels": len(src.kernels), "kernel_names": sorted(src.kernels),
             "load_inline": src.uses_load_inline(), "has_model_new": src.model_new is not None,
             "strict_fp32": fp32, "errors": len(errors), "warnings": len(warnings)}
-    return StageRecord("static", verdict, reason, cost_s=time.perf_counter() - t0, data=data, flags=flags)
+    return StageRecord(Stage.STATIC, verdict, reason, cost_s=time.perf_counter() - t0, data=data, flags=flags)

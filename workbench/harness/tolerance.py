@@ -1,4 +1,4 @@
-"""How close a candidate's output must be to the reference's, per dtype and precision policy.
+"""How close a candidate's output must be to the reference's, per dtype and the problem's precision.
 
 Two checks, both must pass:
 - the relative error norm ||out - ref|| / ||ref|| under `norm` (catches outputs that are wrong on average,
@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Tolerance] = {
 }
 
 
-def precision_class(dtypes: list[Any], policy: str) -> str:
+def precision_class(dtypes: list[Any], precision: str) -> str:
     """The loosest class among the floating dtypes involved (inputs, parameters, output)."""
     names = {str(d).replace("torch.", "") for d in dtypes}
     if "bfloat16" in names:
@@ -46,14 +46,15 @@ def precision_class(dtypes: list[Any], policy: str) -> str:
         return "fp16"
     if names and names <= {"float64"}:
         return "fp64"
-    return "tf32" if policy == "tf32" else "fp32"
+    return "tf32" if precision == "tf32" else "fp32"
 
 
-def resolve(dtypes: list[Any], policy: str, overrides: dict[str, Any] | None = None) -> tuple[str, Tolerance]:
-    cls = precision_class(dtypes, policy)
+def resolve(dtypes: list[Any], precision: str, overrides: dict[str, Any] | None = None) -> tuple[str, Tolerance]:
+    cls = precision_class(dtypes, precision)
     tol = DEFAULTS[cls]
     if overrides:
-        tol = dataclasses.replace(tol, **{k: float(v) for k, v in overrides.items() if k in ("norm", "rtol", "atol_rms")})
+        tol = dataclasses.replace(tol, **{k: float(v) for k, v in overrides.items()
+                                          if k in ("norm", "rtol", "atol_rms")})
     return cls, tol
 
 
@@ -61,7 +62,7 @@ def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tu
     """Judge one output tensor against the reference tensor (same shape and dtype already checked). `slack` (same
     shape, >= 0) widens each element's bound and `norm_slack` the relative-norm bound: the reference's own error,
     when it is known (`execution.reference_rounding`: a bf16/fp16 or tf32 reference against its strict fp32 re-run)."""
-    import torch
+    import torch  # worker side: the parent reads bounds from this module without loading torch
 
     facts: dict[str, Any] = {}
     if not (ref.is_floating_point() or ref.is_complex()):
@@ -114,6 +115,7 @@ def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tu
     if n_bad:
         worst = int(torch.argmax(diff - bound))
         return False, (f"output mismatch: {n_bad} of {r.numel()} elements outside |d| <= {tol.rtol:g}*|ref| + "
-                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o.flatten()[worst]):.4g} vs {float(r.flatten()[worst]):.4g} at flat index {worst}) though the "
-                       f"relative error {rel:.3g} is within {tol.norm:g}"), facts
+                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o.flatten()[worst]):.4g} vs "
+                       f"{float(r.flatten()[worst]):.4g} at flat index {worst}) though the relative error {rel:.3g} "
+                       f"is within {tol.norm:g}"), facts
     return True, "", facts

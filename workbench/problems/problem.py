@@ -1,6 +1,6 @@
-"""`Problem`: a KernelBench-format reference with its size overrides and precision policy.
+"""`Problem`: a KernelBench-format reference with its size overrides and precision.
 
-A Problem is cheap to pickle (path, overrides, policy), so worker processes rebuild it from the same file; the parent
+A Problem is cheap to pickle (path, overrides, precision), so worker processes rebuild it from the same file; the parent
 loads the reference module too (problem files are trusted, candidates are not).
 """
 from __future__ import annotations
@@ -17,11 +17,11 @@ from .loader import (ProblemError, call_factory, load_module, parse_override, re
 
 
 @functools.lru_cache(maxsize=4096)
-def _key(name: str, source: str, policy: str) -> str:
+def _key(name: str, source: str, precision: str) -> str:
     # computed once per source: the key is read on every store lookup, from several threads on a multi-GPU device
-    return f"{name}@{source_hash(ast.unparse(parse(source)) + '|' + policy)}"
+    return f"{name}@{source_hash(ast.unparse(parse(source)) + '|' + precision)}"
 
-# Precision policies. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix units for
+# Precisions a problem runs under. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix units for
 # fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
 PRECISIONS = ("strict", "tf32")
 
@@ -49,7 +49,7 @@ class Problem:
                 pairs[k] = v if isinstance(v, str) else repr(v)
                 parse_override(f"{k}={pairs[k]}")
         prob = cls(str(path), tuple(sorted(pairs.items())), precision)
-        prob.module, prob.policy  # parse and check now, so a malformed file fails here with its reason
+        prob.module, prob.effective_precision  # parse and check now, so a malformed file fails here with its reason
         return prob
 
     def __reduce__(self):  # the cached module is not picklable; a worker reloads it from the file
@@ -78,10 +78,11 @@ class Problem:
         """Identity of the problem at these sizes: name plus a hash of the effective source."""
         # hashed on the unparsed syntax tree: comments, formatting and an override equal to the default change nothing
         # (ast.dump is not used: its output differs between Python versions, ast.unparse's text does not)
-        return _key(self.name, self.source, self.policy)
+        return _key(self.name, self.source, self.effective_precision)
 
     @property
-    def policy(self) -> str:
+    def effective_precision(self) -> str:
+        """The precision the problem runs under: the caller's, else the file's WORKBENCH_PRECISION, else "strict"."""
         if self.precision:
             return self.precision
         declared = getattr(self.module, "WORKBENCH_PRECISION", "strict")

@@ -15,6 +15,8 @@ import statistics
 import time
 from typing import Any, Callable
 
+from ..core.records import PASS, REFUSED
+from ..problems.problem import Problem
 from .findings import ProfilerUnavailable
 
 KINDS = ("time", "energy", "edp")
@@ -149,22 +151,21 @@ def measure_candidate(progress: Callable[[str], None], problem: tuple, cand_path
                       repeats: int = 3) -> dict[str, Any]:
     """Worker-side task (run it in a device worker with `Worker.call("workbench.profiling.energy:measure_candidate",
     ...)`): energy per forward of the candidate and of the eager reference, on the worker's GPU."""
-    import torch
+    import torch  # worker side: torch loads in the GPU worker, never in the parent
 
-    from ..harness.child.execution import build_pair, make_inputs, set_precision_policy
-    from ..problems.problem import Problem
+    from ..harness.child.execution import build_pair, make_inputs, set_precision
 
     progress("energy")
     if not torch.cuda.is_available():
-        return {"verdict": "refused", "reason": "energy is measured on a CUDA GPU; none is visible here"}
+        return {"verdict": REFUSED, "reason": "energy is measured on a CUDA GPU; none is visible here"}
     counter = nvml_counter()
     prob = Problem(*problem)
     device = torch.device("cuda")
-    pair = build_pair(prob, cand_path, device)
-    set_precision_policy(prob.policy)
+    models = build_pair(prob, cand_path, device)
+    set_precision(prob.effective_precision)
     inputs = make_inputs(prob, device, seed=0)
     out = {}
-    for name, model in (("candidate", pair.candidate), ("eager", pair.reference)):
+    for name, model in (("candidate", models.candidate), ("eager", models.reference)):
         def call(model=model):
             with torch.no_grad():
                 model(*inputs)
@@ -172,4 +173,4 @@ def measure_candidate(progress: Callable[[str], None], problem: tuple, cand_path
         out[name] = measure_energy(call, min_window_s, repeats, counter=counter).to_dict()
     out["energy_ratio_vs_eager"] = out["candidate"]["joules_per_call"] / out["eager"]["joules_per_call"] \
         if out["eager"]["joules_per_call"] > 0 else None
-    return {"verdict": "pass", "reason": f"{out['candidate']['joules_per_call'] * 1e3:.4g} mJ per call", "data": out}
+    return {"verdict": PASS, "reason": f"{out['candidate']['joules_per_call'] * 1e3:.4g} mJ per call", "data": out}

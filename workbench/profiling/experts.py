@@ -12,10 +12,10 @@ import dataclasses
 import math
 from typing import Any, Callable
 
+from ..core.target import H200
 from .findings import Finding, sort_findings
 from .roofline import RooflineVerdict, tools_for
 
-H200_SMS = 132
 LAUNCH_US = 4.0  # host-side cost of one kernel launch from Python, roughly (Triton's launcher is a few microseconds)
 
 
@@ -29,10 +29,10 @@ class Context:
     floor_bound: str | None = None  # what the ideal kernel is bound by ("memory" | "compute")
     ms: float | None = None
     short: bool = False
-    sm_count: int = H200_SMS
+    sm_count: int = H200.sms
 
     @classmethod
-    def make(cls, counts: Any = None, verdict: RooflineVerdict | None = None, sm_count: int = H200_SMS) -> "Context":
+    def make(cls, counts: Any = None, verdict: RooflineVerdict | None = None, sm_count: int = H200.sms) -> "Context":
         kw: dict[str, Any] = {"sm_count": sm_count}
         if counts is not None:
             kw.update(flops=counts.flops, min_bytes=counts.min_bytes, eager_bytes=counts.eager_bytes,
@@ -336,7 +336,7 @@ def kernel_metrics(metrics: dict[str, dict], name: str | None) -> dict[str, Any]
 
 def diagnose(metrics: dict[str, dict] | None, static: dict[str, Any], counts: Any = None,
              verdict: RooflineVerdict | None = None, tools: list[str] | None = None,
-             sm_count: int = H200_SMS) -> list[Finding]:
+             sm_count: int = H200.sms) -> list[Finding]:
     """Run the tools the roofline verdict picked (all when there is no verdict); most severe first. An autotuned
     kernel is read once per config: findings that say the same about the same kernel are kept once."""
     ctx = Context.make(counts, verdict, sm_count)

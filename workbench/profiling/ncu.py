@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..devices.local import cuda_gpu_count, gpu_lock
+from ..problems.problem import Problem
 from .findings import ProfilerUnavailable
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
@@ -235,8 +237,6 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
             gpu_index: int = 0, keep: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Profile the candidate's forward under ncu on GPU `gpu_index`; {kernel: {metric: value}}. `keep` names a
     directory to keep the .ncu-rep in."""
-    from ..devices.local import cuda_gpu_count, gpu_lock
-
     if cuda_gpu_count() <= gpu_index:
         raise ProfilerUnavailable("no CUDA GPU is visible here: hardware counters need a GPU with Nsight Compute (ncu)")
     ncu = find_ncu()
@@ -267,23 +267,22 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
 
 
 def _drive(spec: dict[str, Any]) -> None:
-    """Run under ncu: build the pair on the GPU, warm up outside the profiled range, then call the forward inside."""
-    import torch
+    """Run under ncu: build the models on the GPU, warm up outside the profiled range, then call the forward inside."""
+    import torch  # only under ncu: the parent's `collect` stays light
 
-    from ..harness.child.execution import build_pair, make_inputs, run_model, set_precision_policy
-    from ..problems.problem import Problem
+    from ..harness.child.execution import build_pair, make_inputs, run_model, set_precision
 
     path, overrides, precision = spec["problem"]
     problem = Problem(path, tuple(tuple(p) for p in overrides), precision)
     device = torch.device("cuda")
-    pair = build_pair(problem, spec["cand_path"], device)
-    set_precision_policy(problem.policy)
+    models = build_pair(problem, spec["cand_path"], device)
+    set_precision(problem.effective_precision)
     inputs = make_inputs(problem, device, seed=0)
     for _ in range(2):  # JIT compilation and autotuning happen here, not in the profiled range
-        run_model(pair.candidate, inputs, device)
+        run_model(models.candidate, inputs, device)
     torch.cuda.nvtx.range_push(NVTX_RANGE)
     for _ in range(spec.get("calls", DEFAULT_CALLS)):
-        run_model(pair.candidate, inputs, device)
+        run_model(models.candidate, inputs, device)
     torch.cuda.nvtx.range_pop()
 
 

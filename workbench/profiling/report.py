@@ -15,12 +15,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .experts import H200_SMS, diagnose
+from ..core.ceilings import load as load_ceilings
+from ..core.records import FAIL, StageRecord
+from ..core.target import H200
+from ..devices.local import COMPILE_ENV, cuda_gpu_count, problem_spec
+from ..devices.worker import Worker
+from ..harness import compile as compile_stage
+from . import ncu
+from .experts import diagnose
 from .findings import ProfilerUnavailable, moves, render
 from .roofline import classify, tools_for
 from .static_reading import read_kernel, read_static
-
-DEFAULT_GPU = "NVIDIA H200"  # the sm_90 target the compile stage builds for
 
 
 def _cuobjdump_sass(cubin: bytes) -> str | None:
@@ -88,8 +93,6 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_d
 
 
 def _gpu_name() -> str | None:
-    from ..devices.local import cuda_gpu_count
-
     if cuda_gpu_count() == 0:
         return None
     try:
@@ -105,76 +108,28 @@ def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "a
                       timeout: float = 300.0) -> dict[str, Any]:
     """Static reading, roofline verdict, counters where a GPU with ncu is present, and the expert findings.
     `ms`: a measured time for the roofline (else the floor's verdict); `device`: auto, cpu (no counters), cuda[:N]."""
-    from ..core import ceilings as ceilings_mod
-    from ..devices.worker import Worker
-    from ..harness import compile as compile_stage
-    from ..problems.analysis import count
-    from . import ncu
-
     cand = Path(candidate_path).resolve()
-    worker = Worker({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}, name="profile-compile")
-    answer: dict[str, Any] = {}
-
-    def compile_in_worker():
-        t0 = time.perf_counter()
-        try:
-            answer["result"] = worker.call("workbench.profiling.report:probe", timeout,
-                                           problem=(problem.path, problem.overrides, problem.precision),
-                                           cand_path=str(cand), asm_dir=asm_dir)
-        finally:
-            answer["seconds"] = time.perf_counter() - t0
-            worker.stop()
-
-    # the worker's start-up (torch, triton) overlaps the counting of the problem here
-    thread = threading.Thread(target=compile_in_worker, daemon=True)
-    thread.start()
-    try:
-        counts = count(problem)
-    finally:
-        thread.join()
-    result = answer.get("result") or {"error": "the compile worker gave no answer", "crashed": True}
-    record = compile_stage.judge(result, answer.get("seconds", 0.0))
+    record, counts = _compile_and_count(problem, cand, asm_dir, timeout)
     static = read_static(record.data.get("kernels", []))
-    notes: list[str] = []
-    gpu = _gpu_name() if device != "cpu" else None
-    ceil = ceilings_mod.load(gpu) if gpu else None
-    if ceil is None:
-        ceil = ceilings_mod.load(DEFAULT_GPU)
-        if gpu:
-            notes.append(f"no measured ceilings for {gpu}; the roofline uses {DEFAULT_GPU}'s")
+    ceil, notes = _ceilings(_gpu_name() if device != "cpu" else None)
     verdict = None
-    if ceil is None:
-        notes.append("no measured ceilings (results/ceilings/): no roofline verdict")
-    else:
+    if ceil is not None:
         try:
             verdict = classify(counts.flops, counts.min_bytes, ms, ceil, counts.compute_dtype)
         except KeyError as e:
             notes.append(f"no roofline verdict: {e.args[0]}")
-
-    metrics: dict[str, dict] = {}
-    if not counters or device == "cpu":
-        counter_note = "counters not requested" if not counters else \
-            "counters skipped (--device cpu): hardware counters need a GPU with Nsight Compute (ncu)"
-    elif record.verdict == "fail":
-        counter_note = "counters skipped: the candidate failed the compile stage"
-    else:
-        try:
-            index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
-            metrics = ncu.collect(problem, cand, gpu_index=index)
-            counter_note = f"collected with ncu for {len(metrics)} kernel(s)"
-        except (ProfilerUnavailable, ncu.ProfilingFailed) as e:
-            counter_note = f"counters unavailable: {e}"
+    metrics, counter_note = _counters(problem, cand, device, counters, record)
     kernel_ms = ncu.forward_ms(metrics)
     if ms is None and kernel_ms and ceil is not None and verdict is not None:
         # counters carry a time: the verdict becomes a measured one (kernel time only, caches flushed by ncu)
         verdict = classify(counts.flops, counts.min_bytes, kernel_ms, ceil, counts.compute_dtype)
         notes.append(f"roofline time {kernel_ms:.4g} ms from ncu's gpu__time_duration (kernel time only; ncu flushes "
                      "caches between replays)")
-    sm_count = int((ceil or {}).get("sm_count") or H200_SMS)
+    sm_count = int((ceil or {}).get("sm_count") or H200.sms)
     findings = diagnose(metrics, static, counts, verdict, tools, sm_count=sm_count)
     return {
         "problem": problem.name, "candidate": str(cand),
-        "compile": {"verdict": record.verdict, "reason": record.reason},
+        "compile": {"verdict": record.verdict.value, "reason": record.reason},
         "counts": {"flops": counts.flops, "min_bytes": counts.min_bytes, "eager_bytes": counts.eager_bytes,
                    "compute_dtype": counts.compute_dtype},
         "roofline": verdict.to_dict() if verdict else None,
@@ -184,6 +139,62 @@ def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "a
         "findings": [f.to_dict() for f in findings], "moves": moves(findings),
         "summary": render(findings), "notes": notes,
     }
+
+
+def _compile_and_count(problem: Any, cand: Path, asm_dir: str | None, timeout: float) -> tuple[StageRecord, Any]:
+    """The compile stage's record (the probe run in a compile worker, as a device's compile stage runs it, with each
+    kernel's PTX and SASS read there) and the problem's counts; the worker's start-up overlaps the counting."""
+    from ..problems.analysis import count  # torch: the counting loads it, only when a report is asked for
+
+    worker = Worker(COMPILE_ENV, name="profile-compile")
+    answer: dict[str, Any] = {}
+
+    def compile_in_worker():
+        t0 = time.perf_counter()
+        try:
+            answer["result"] = worker.call("workbench.profiling.report:probe", timeout, problem=problem_spec(problem),
+                                           cand_path=str(cand), asm_dir=asm_dir)
+        finally:
+            answer["seconds"] = time.perf_counter() - t0
+            worker.stop()
+
+    thread = threading.Thread(target=compile_in_worker, daemon=True)
+    thread.start()
+    try:
+        counts = count(problem)
+    finally:
+        thread.join()
+    result = answer.get("result") or {"error": "the compile worker gave no answer", "crashed": True}
+    return compile_stage.judge(result, answer.get("seconds", 0.0)), counts
+
+
+def _ceilings(gpu: str | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """This GPU's measured ceilings, else the compile target's (the H200's), and notes saying which."""
+    ceil = load_ceilings(gpu) if gpu else None
+    notes: list[str] = []
+    if ceil is None:
+        ceil = load_ceilings(H200.name)
+        if gpu:
+            notes.append(f"no measured ceilings for {gpu}; the roofline uses {H200.name}'s")
+    if ceil is None:
+        notes.append("no measured ceilings (results/ceilings/): no roofline verdict")
+    return ceil, notes
+
+
+def _counters(problem: Any, cand: Path, device: str, wanted: bool, record: StageRecord) -> tuple[dict[str, dict], str]:
+    """Nsight Compute's metrics per kernel where they can be collected, and a note saying how or why not."""
+    if not wanted:
+        return {}, "counters not requested"
+    if device == "cpu":
+        return {}, "counters skipped (--device cpu): hardware counters need a GPU with Nsight Compute (ncu)"
+    if record.verdict == FAIL:
+        return {}, "counters skipped: the candidate failed the compile stage"
+    try:
+        index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
+        metrics = ncu.collect(problem, cand, gpu_index=index)
+        return metrics, f"collected with ncu for {len(metrics)} kernel(s)"
+    except (ProfilerUnavailable, ncu.ProfilingFailed) as e:
+        return {}, f"counters unavailable: {e}"
 
 
 def _pct(x: float | None) -> str:

@@ -13,9 +13,13 @@ import re
 from collections import Counter
 from typing import Any
 
-# sm_90 (H100/H200) per-SM limits.
-SM90 = dict(regs_per_sm=65536, max_warps=64, max_blocks=32, smem_per_sm=228 * 1024, reserved_smem=1024,
-            reg_unit=256, smem_unit=128, subpartitions=4, max_regs_per_block=65536)
+from ..core.target import H200
+
+# sm_90 per-SM limits (the H200's, which the H100 shares).
+SM90 = dict(regs_per_sm=H200.regs_per_sm, max_warps=H200.max_warps_per_sm, max_blocks=H200.max_blocks_per_sm,
+            smem_per_sm=H200.smem_per_sm, reserved_smem=H200.reserved_smem_per_block, reg_unit=H200.reg_alloc_unit,
+            smem_unit=H200.smem_alloc_unit, subpartitions=H200.subpartitions,
+            max_regs_per_block=H200.max_regs_per_block)
 
 
 # ---------------------------------------------------------------- occupancy

@@ -28,11 +28,18 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..core.ceilings import load as load_ceilings
+from ..core.records import FAIL, PASS
+from ..core.target import H200
+from ..problems import Problem
+from ..problems.analysis import count, roofline_floor
+
 FAMILIES = ("attention", "gemm", "row", "scan", "col", "gather", "permute", "elementwise")  # dominance order
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 ELT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-# sm_90 per-SM limits, for the occupancy estimate
-SM_REGS, SM_SHARED, SM_WARPS, SM_BLOCKS, SM_COUNT = 65536, 228 * 1024, 64, 32, 132
+# sm_90 per-SM limits (the dataset's device), for the occupancy estimate
+SM_REGS, SM_SHARED, SM_WARPS, SM_BLOCKS, SM_COUNT = (H200.regs_per_sm, H200.smem_per_sm, H200.max_warps_per_sm,
+                                                     H200.max_blocks_per_sm, H200.sms)
 _KERNEL = re.compile(r"^_(g\d+)_([a-z]+)_")
 
 
@@ -92,8 +99,8 @@ def problem_features(problem: Mapping[str, Any], ceilings: Mapping[str, Any] | N
     flops, min_b, eager_b = (float(problem.get(k) or 0) for k in ("flops", "min_bytes", "eager_bytes"))
     dtype = str(problem.get("compute_dtype") or "")
     floor_ms = float(problem.get("floor_ms") or math.nan)
-    out = {"p.log2_flops": math.log2(1 + flops), "p.log2_min_bytes": _log2(min_b),
-           "p.log2_eager_bytes": _log2(eager_b), "p.log2_intensity": math.log2(1 + float(problem.get("intensity") or 0)),
+    out = {"p.log2_flops": math.log2(1 + flops), "p.log2_min_bytes": _log2(min_b), "p.log2_eager_bytes": _log2(eager_b),
+           "p.log2_intensity": math.log2(1 + float(problem.get("intensity") or 0)),
            "p.log2_eager_over_min": _log2(eager_b / min_b) if min_b else math.nan, "p.log2_floor_ms": _log2(floor_ms),
            "p.compute_bound": float(problem.get("floor_bound") == "compute"), "p.headroom": math.nan}
     for d in DTYPES:
@@ -247,7 +254,7 @@ def compile_features(kernels: Sequence[Mapping[str, Any]], verdict: str | None) 
                                       "k.max_shared", "k.spills", "k.max_warps", "k.max_stages", "k.wgmma", "k.mma",
                                       "k.tma", "k.v4", "k.cp_async", "k.min_occupancy")}
     sh = [float(k.get("shared") or k.get("shared_bytes") or 0) for k in kernels]
-    return {"k.compiled": float(verdict == "pass"), "k.failed": float(verdict == "fail"),
+    return {"k.compiled": float(verdict == PASS), "k.failed": float(verdict == FAIL),
             "k.n_kernels": float(len(kernels)), "k.max_regs": float(max((k.get("reg") or 0 for k in kernels),
                                                                         default=0)),
             "k.sum_shared": float(sum(sh)), "k.max_shared": float(max(sh, default=0)),
@@ -304,15 +311,11 @@ def features_from_rows(candidates: pd.DataFrame, problems: pd.DataFrame,
 
 def default_ceilings() -> dict[str, Any] | None:
     """The H200's measured ceilings (the dataset's device); None when the file is absent."""
-    from ..core import ceilings
-
-    return ceilings.load("NVIDIA H200")
+    return load_ceilings(H200.name)
 
 
 def live_problem_info(problem, ceilings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The problems.parquet keys for a live `Problem`: counted on meta tensors, floor from the ceilings."""
-    from ..problems.analysis import count, roofline_floor
-
     c = count(problem)
     info: dict[str, Any] = {"problem": problem.name, "problem_key": problem.key, "flops": c.flops,
                             "min_bytes": c.min_bytes, "eager_bytes": c.eager_bytes, "intensity": c.intensity,
@@ -357,9 +360,6 @@ def with_shapes(problems: pd.DataFrame) -> pd.DataFrame:
     """problems.parquet rows with the tensors' shapes ("inputs", "outputs", as `count` describes them) where the
     rows lack them: each problem is loaded by name and counted on meta tensors, and kept only when its key is the
     row's (a problem that changed since collection, or is not a built-in, keeps NaN shapes)."""
-    from ..problems import Problem
-    from ..problems.analysis import count
-
     if {"inputs", "outputs"} <= set(problems.columns):
         return problems
     out = problems.copy()

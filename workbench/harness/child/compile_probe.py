@@ -103,7 +103,8 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capab
             kernel = orig_run(self, *args, grid=grid, warmup=True, **kwargs)
             compiled.append(_describe(kernel, self.__name__, kwargs))
         except Exception as e:  # a compile error is the candidate's fault
-            errors.append(f"{self.__name__}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+            last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            errors.append(f"{self.__name__}: {type(e).__name__}: {last_line}")
         return None
 
     def tuner_run(self, *args, **kwargs):

@@ -13,17 +13,16 @@ from typing import Any, Callable
 
 import torch
 
-from . import sandbox
+from ...core.records import FAIL, PASS, Stage
 from ...problems.loader import ProblemError
 from ...problems.problem import Problem
-from . import correctness, timing
-from .execution import build_pair
-from ...core.records import FAIL, PASS
+from . import correctness, sandbox, timing
+from .execution import ModelPair, build_pair
 
-_pair_cache: dict[tuple, Any] = {}
+_pair_cache: dict[tuple, ModelPair] = {}
 
 
-def _get_pair(problem: Problem, cand_path: str, device: torch.device):
+def _get_pair(problem: Problem, cand_path: str, device: torch.device) -> ModelPair:
     key = (problem, cand_path, str(device))
     if key not in _pair_cache:
         _pair_cache.clear()
@@ -43,11 +42,11 @@ def run(progress: Callable[[str], None], problem: tuple, cand_path: str, device:
         progress(stage)
         t0 = time.perf_counter()
         try:
-            pair = _get_pair(prob, cand_path, dev)
-            if stage == "correctness":
-                r = correctness.check(pair, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"))
-            elif stage in timing.FIDELITY:
-                r = timing.measure(pair, stage, floor_ms=opts.get("floor_ms"),
+            models = _get_pair(prob, cand_path, dev)
+            if stage == Stage.CORRECTNESS:
+                r = correctness.check(models, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"))
+            elif stage in timing.TIMING_SETTINGS:
+                r = timing.measure(models, stage, floor_ms=opts.get("floor_ms"),
                                    compile_modes=opts.get("compile_modes"))
             else:
                 r = {"verdict": FAIL, "reason": f"unknown device stage '{stage}'"}

@@ -5,6 +5,7 @@ poisons freed memory, and synchronises every stream. Runs only inside worker pro
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -17,8 +18,14 @@ from ...problems.problem import Problem
 POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
 
 
+# The reference's own rounding error per output: (|reference - strict fp32 re-run| elementwise, or None for a
+# non-floating output; ||reference - re-run|| / ||re-run||).
+Rounding = tuple[list[Any], list[float]]
+
+
 @dataclasses.dataclass
-class Pair:
+class ModelPair:
+    """The problem's reference model and the candidate's model, built on one device from the same seed."""
     problem: Problem
     device: torch.device
     reference: torch.nn.Module
@@ -26,14 +33,14 @@ class Pair:
     init_inputs: list[Any]
 
 
-def set_precision_policy(policy: str) -> None:
+def set_precision(precision: str) -> None:
     """The reference runs in true fp32 unless the problem accepts tf32 (cuDNN's default is tf32 for convolutions)."""
-    allow = policy == "tf32"
+    allow = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
 
 
-def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> Pair:
+def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> ModelPair:
     init = problem.init_inputs()
     torch.manual_seed(seed)
     # built on the device: initialising large weights on the host and copying them over cost seconds per candidate
@@ -51,7 +58,7 @@ def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int
         raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
     candidate = candidate.to(device).eval()
     _align_parameters(reference, candidate)
-    return Pair(problem, device, reference, candidate, init)
+    return ModelPair(problem, device, reference, candidate, init)
 
 
 def _align_parameters(reference: torch.nn.Module, candidate: torch.nn.Module) -> None:
@@ -131,25 +138,23 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def widenable(ref_out: Any, policy: str) -> bool:
+def widenable(ref_out: Any, precision: str) -> bool:
     """Whether the reference may carry rounding error of its own: bf16/fp16 outputs, or a problem that accepts tf32."""
-    return policy == "tf32" or any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors(ref_out))
+    return precision == "tf32" or any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors(ref_out))
 
 
-def reference_rounding(pair: Pair, inputs: list[Any], ref_out: Any) -> tuple[list[Any], list[float]] | None:
+def reference_rounding(pair: ModelPair, inputs: list[Any], ref_out: Any) -> Rounding | None:
     """The reference's own error, per output: (|reference - strict fp32 re-run| elementwise, ||reference - re-run|| /
     ||re-run||), the re-run with parameters and floating inputs widened to fp32 and tf32 off. None when the re-run is
     not possible (the model insists on its dtypes) or its outputs do not line up."""
-    import copy
-
     try:
         wide = copy.deepcopy(pair.reference).float()
         args = [t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in clone(inputs)]
-        set_precision_policy("strict")
+        set_precision("strict")
         try:
             hi = run_model(wide, args, pair.device)
         finally:
-            set_precision_policy(pair.problem.policy)
+            set_precision(pair.problem.effective_precision)
     except Exception:
         return None
     lo_t, hi_t = tensors(ref_out), tensors(hi)

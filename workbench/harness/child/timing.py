@@ -20,13 +20,12 @@ from typing import Any
 
 import torch
 
+from ...core.records import FAIL, PASS, REFUSED
 from . import sandbox
-from .. import tolerance as tol_mod
-from .execution import (Pair, make_inputs, reference_rounding, run_model, set_precision_policy, tensors,
-                        widenable)
-from ...core.records import FAIL, PASS
+from .execution import ModelPair, make_inputs, reference_rounding, run_model, set_precision, tensors
+from .judge import judge_outputs
 
-FIDELITY = {
+TIMING_SETTINGS = {
     # Calls are sized by time, like triton.testing.do_bench (whose default is ~100 ms of calls): a time-based warm-up
     # (clocks reach their loaded state), then rounds of at least `min_reps`, at most `reps`, about `target_s` of timed
     # calls per model. Quick and full differ only in how long they look and in the torch.compile reference.
@@ -35,6 +34,8 @@ FIDELITY = {
 }
 METHOD = ("cuda events; L2 flushed before each call; device-wide sync before end event; rotated inputs; reference "
           "and candidate interleaved call by call; median")
+# Without a roofline floor, a speedup over eager above this is flagged as suspicious (KernelBench's fallback check).
+EXCESSIVE_SPEEDUP = 10.0
 
 COMPILE_MODES = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
 _compiled_refs: dict[tuple[str, str], Any] = {}  # (problem key, mode) -> torch.compile'd reference, per worker
@@ -112,97 +113,110 @@ def stats(times: list[float]) -> dict[str, float]:
             "q25_ms": q[0], "q75_ms": q[2], "spread": (q[2] - q[0]) / med if med > 0 else 0.0, "n": len(times)}
 
 
-def measure(pair: Pair, stage: str, floor_ms: float | None = None, seed: int = 99991,
+def measure(models: ModelPair, stage: str, floor_ms: float | None = None, seed: int = 99991,
             compile_modes: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:
     """Time the candidate against the eager reference (and at full fidelity against torch.compile in each of
     `compile_modes`, default ("default",)) call by call in one run."""
-    dev = pair.device
+    dev = models.device
     if dev.type != "cuda":
-        return {"verdict": "refused", "reason": "timing needs a CUDA GPU", "data": {}}
-    cfg = FIDELITY[stage]
-    set_precision_policy(pair.problem.policy)
-    sets = [make_inputs(pair.problem, dev, seed + j) for j in range(cfg["sets"])]
-    ref_outs = [run_model(pair.reference, s, dev) for s in sets]
-    models = {"eager": pair.reference, "candidate": pair.candidate}
+        return {"verdict": REFUSED, "reason": "timing needs a CUDA GPU", "data": {}}
+    cfg = TIMING_SETTINGS[stage]
+    set_precision(models.problem.effective_precision)
+    sets = [make_inputs(models.problem, dev, seed + j) for j in range(cfg["sets"])]
+    ref_outs = [run_model(models.reference, s, dev) for s in sets]
+    timed = {"eager": models.reference, "candidate": models.candidate}
     compile_info: dict[str, Any] = {}
     if cfg["compile_ref"]:
         for mode in compile_modes or ("default",):
             if mode not in COMPILE_MODES:
                 raise ValueError(f"unknown torch.compile mode '{mode}' (one of {COMPILE_MODES})")
-            compiled, info = _compiled_reference(pair, sets, mode)
+            compiled, info = _compiled_reference(models, sets, mode)
             if compiled is not None:
-                models[_model_name(mode)] = compiled
+                timed[_model_name(mode)] = compiled
             compile_info.update({k if mode == "default" else f"{k}[{mode}]": v for k, v in info.items()})
     t0 = sandbox.perf_counter()
-    times, last, last_set = time_interleaved(models, sets, dev, cfg["warmup_s"], cfg["reps"], cfg["target_s"],
+    times, last, last_set = time_interleaved(timed, sets, dev, cfg["warmup_s"], cfg["reps"], cfg["target_s"],
                                              cfg["min_reps"])
     timed_wall = sandbox.perf_counter() - t0
-    cand_last = last["candidate"]
 
     # The timed output must still be right: a candidate may not change behaviour once it is timed.
-    dtypes = [t.dtype for t in tensors(sets[last_set]) if t.is_floating_point()]
-    got, want = tensors(cand_last), tensors(ref_outs[last_set])
-    rounding = None
-    for k, (c, r) in enumerate(zip(got, want)):
-        _, tol = tol_mod.resolve(dtypes + [r.dtype], pair.problem.policy)
-        ok, why, _ = tol_mod.compare(c, r, tol) if c.shape == r.shape and c.dtype == r.dtype else (
-            False, "output mismatch: wrong shape or dtype", {})
-        if not ok and why.startswith("output mismatch:") and c.shape == r.shape and \
-                widenable(ref_outs[last_set], pair.problem.policy):
-            # as in correctness: the bounds widen by the reference's own error against its strict fp32 re-run
-            rounding = rounding or reference_rounding(pair, sets[last_set], ref_outs[last_set])
-            if rounding is not None:
-                ok, why, _ = tol_mod.compare(c, r, tol, rounding[0][k], rounding[1][k])
-        if not ok:
-            return {"verdict": FAIL, "reason": f"output mismatch during timing (output {k}): {why}", "data": {}}
-    if len(got) != len(want):
-        return {"verdict": FAIL, "reason": "output mismatch during timing: a different number of outputs", "data": {}}
+    inputs, ref_out = sets[last_set], ref_outs[last_set]
+    judged = judge_outputs(last["candidate"], ref_out, models.problem.effective_precision,
+                           [t.dtype for t in tensors(inputs) if t.is_floating_point()],
+                           rounding=lambda: reference_rounding(models, inputs, ref_out))
+    if not judged.ok:
+        return {"verdict": FAIL, "reason": f"output mismatch during timing: {judged.failure}", "data": {}}
 
+    data = _speed_data(times, compile_modes or ())
+    data.update(method=METHOD, input_sets=len(sets), models_timed=list(timed), timed_wall_s=timed_wall,
+                **compile_info)
+    flags = sanity_flags(data, floor_ms)
+    return {"verdict": PASS, "reason": _reason(data), "data": data, "flags": flags}
+
+
+def _speed_data(times: dict[str, list[float]], compile_modes: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """Statistics per timed model and the candidate's speedups over each reference."""
     cand, eager = stats(times["candidate"]), stats(times["eager"])
     data: dict[str, Any] = {"candidate": cand, "eager": eager, "candidate_ms": cand["median_ms"],
                             "eager_ms": eager["median_ms"], "speedup_vs_eager": eager["median_ms"] / cand["median_ms"],
-                            "method": METHOD, "reps": cand["n"], "spread": cand["spread"], "input_sets": len(sets),
-                            "models_timed": list(models), "timed_wall_s": timed_wall, **compile_info}
+                            "reps": cand["n"], "spread": cand["spread"]}
     if "compiled" in times:
         comp = stats(times["compiled"])
         data.update(compiled=comp, compile_ms=comp["median_ms"],
                     speedup_vs_compile=comp["median_ms"] / cand["median_ms"])
-    for mode in compile_modes or ():
+    for mode in compile_modes:
         name = _model_name(mode)
         if mode != "default" and name in times:
             comp = stats(times[name])
             tag = mode.replace("-", "_")  # max-autotune -> compile_max_autotune_ms, speedup_vs_max_autotune
             data.update({name: comp, f"compile_{tag}_ms": comp["median_ms"],
                          f"speedup_vs_{tag}": comp["median_ms"] / cand["median_ms"]})
-    flags = []
+    return data
+
+
+def sanity_flags(data: dict[str, Any], floor_ms: float | None) -> list[dict[str, str]]:
+    """Warnings for a time too good to be true (the stage still passes; a person or a later check decides). Below
+    the roofline floor when the problem has one; without a floor, KernelBench's cruder test: a speedup over eager
+    above `EXCESSIVE_SPEEDUP`. Marks `data` with what was found."""
+    ms = data["candidate_ms"]
     if floor_ms is not None:
         data["floor_ms"] = floor_ms
-        if cand["median_ms"] < floor_ms:
+        if ms < floor_ms:
             data["below_floor"] = True
-            flags.append({"check": "below_floor", "severity": "warning",
-                          "reason": f"{cand['median_ms']:.4g} ms is under the roofline floor {floor_ms:.4g} ms: "
-                                    "suspicious (skipped work, or counts that miss the problem's structure)"})
-    reason = f"{cand['median_ms']:.4g} ms (spread {cand['spread']:.1%}), {data['speedup_vs_eager']:.3g}x eager"
+            return [{"check": "below_floor", "severity": "warning",
+                     "reason": f"{ms:.4g} ms is under the roofline floor {floor_ms:.4g} ms: suspicious (skipped "
+                               "work, or counts that miss the problem's structure)"}]
+        return []
+    if data["speedup_vs_eager"] > EXCESSIVE_SPEEDUP:
+        data["excessive_speedup"] = True
+        return [{"check": "excessive_speedup", "severity": "warning",
+                 "reason": f"{data['speedup_vs_eager']:.3g}x eager is over {EXCESSIVE_SPEEDUP:g}x and the problem "
+                           "has no roofline floor to hold it against: suspicious (skipped work?)"}]
+    return []
+
+
+def _reason(data: dict[str, Any]) -> str:
+    reason = f"{data['candidate_ms']:.4g} ms (spread {data['spread']:.1%}), {data['speedup_vs_eager']:.3g}x eager"
     if "speedup_vs_compile" in data:
         reason += f", {data['speedup_vs_compile']:.3g}x torch.compile"
     if "speedup_vs_max_autotune" in data:
         reason += f", {data['speedup_vs_max_autotune']:.3g}x max-autotune"
-    return {"verdict": PASS, "reason": reason, "data": data, "flags": flags}
+    return reason
 
 
-def _compiled_reference(pair: Pair, sets, mode: str = "default") -> tuple[Any, dict[str, Any]]:
+def _compiled_reference(models: ModelPair, sets, mode: str = "default") -> tuple[Any, dict[str, Any]]:
     """The reference under torch.compile in `mode` (compiled once per problem and mode per worker), or None with the
     reason. The compile (and max-autotune's tuning) happens here, before any timed call; its time is reported."""
-    key = (pair.problem.key, mode)
+    key = (models.problem.key, mode)
 
     # torch.compile wraps some torch functions (torch.manual_seed) when dynamo loads: those changes are the
     # harness's own and accepted, after checking that the candidate changed nothing before.
     def compile_and_warm():
         if key not in _compiled_refs:
-            _compiled_refs[key] = torch.compile(pair.reference, mode=None if mode == "default" else mode)
+            _compiled_refs[key] = torch.compile(models.reference, mode=None if mode == "default" else mode)
         for s in sets[:2]:  # compile outside the timed calls; CUDA-graph modes record on the second call
             _mark_step()
-            run_model(_compiled_refs[key], s, pair.device)
+            run_model(_compiled_refs[key], s, models.device)
         return _compiled_refs[key]
 
     t0 = sandbox.perf_counter()
