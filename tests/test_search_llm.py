@@ -164,6 +164,7 @@ def test_llm_proposer_and_llm_surrogate_screen_together(tmp_path, problem, offli
     skipped ones are stored with their forecasts (and come back with them on resume)."""
     from workbench.llm import LLMSurrogate
     from workbench.llm.surrogate import forecast_prompts
+    from workbench.search import ScreeningConfig
     from workbench.surrogates import SelectivePolicy
 
     store = Store(tmp_path / "s.sqlite")
@@ -171,8 +172,9 @@ def test_llm_proposer_and_llm_surrogate_screen_together(tmp_path, problem, offli
                          "surrogate_slow", "surrogate_fast", "surrogate_fails",  # one forecast per child, in order
                          concurrency=1)
     s = make_search(problem, RecordingGPU(), proposer="llm", llm_client=client, offline=offline, store=store,
-                    search_id="both", per_step=1, overgenerate=3, surrogate=LLMSurrogate(client),
-                    screen=SelectivePolicy(tau=1.01, explore=0.0))
+                    search_id="both", per_step=1,
+                    screening=ScreeningConfig(LLMSurrogate(client), SelectivePolicy(tau=1.01, explore=0.0),
+                                              overgenerate=3))
     s.step()
     assert s.tree.root.status == "measured" and not client.client.requests  # the root: no LLM, no screening
     report = s.step()
@@ -198,14 +200,15 @@ def test_llm_proposer_and_llm_surrogate_screen_together(tmp_path, problem, offli
     assert [a.outcome for a in s.memory.attempts][-3:] == ["skipped", "measured", "skipped"]
 
     again = make_search(problem, RecordingGPU(), proposer="llm", llm_client=make_client(concurrency=1),
-                        offline=offline, store=store, search_id="both", per_step=1, overgenerate=3,
-                        surrogate=LLMSurrogate(make_client()), screen=SelectivePolicy(tau=1.01, explore=0.0))
+                        offline=offline, store=store, search_id="both", per_step=1,
+                        screening=ScreeningConfig(LLMSurrogate(make_client()), SelectivePolicy(tau=1.01, explore=0.0),
+                                                  overgenerate=3))
     assert [n.status for n in again.tree.nodes.values()] == ["measured", "skipped", "measured", "skipped"]
     assert again.tree.nodes[3].forecast == bad.forecast and again.tree.nodes[1].source == block.source
     store.close()
 
 
-def test_cli_search_with_llm_proposer_and_surrogate(monkeypatch, capsys):
+def test_cli_search_with_llm_proposer_and_surrogate(capsys):
     """`workbench search --proposer llm --surrogate llm` on replay, the recorded client injected where the command
     builds its client: the root is a recorded measurement, the LLM's children are forecast and screened (replay
     answers "not measured" for sources it never saw), and the report counts the calls."""
@@ -216,9 +219,9 @@ def test_cli_search_with_llm_proposer_and_surrogate(monkeypatch, capsys):
     client = make_client("search_llm_block1024", "search_llm_fma_where", "proposer_ok",
                          "surrogate_slow", "surrogate_fast", "surrogate_fails", concurrency=1)
     built = []
-    monkeypatch.setattr(cli, "_llm_client", lambda store=None, model=None: built.append((store, model)) or client)
     rc = cli.main(["search", "scale_shift_relu", "--device", "replay", "--proposer", "llm", "--surrogate", "llm",
-                   "--steps", "2", "--per-step", "1", "--no-store", "--json", "--llm-model", "claude-test"])
+                   "--steps", "2", "--per-step", "1", "--no-store", "--json", "--llm-model", "claude-test"],
+                  llm_client_factory=lambda store=None, model=None: built.append((store, model)) or client)
     assert rc == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert built == [(None, "claude-test")]  # one client for both parts

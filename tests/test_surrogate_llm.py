@@ -130,7 +130,7 @@ def test_rows_without_a_source_are_refused(cands, table, eligible):
 
 
 # ---- the command line ----
-def test_cli_eval_with_the_llm(monkeypatch, capsys, table, sample):
+def test_cli_eval_with_the_llm(capsys, table, sample):
     sdk = ReplyByCandidate(replies_by_truth(table, sample))
     built = []
 
@@ -138,10 +138,9 @@ def test_cli_eval_with_the_llm(monkeypatch, capsys, table, sample):
         built.append(model)
         return LLMClient(LLMConfig(model=model or "claude-sonnet-4-5", concurrency=1), client=sdk)
 
-    monkeypatch.setattr(cli, "_llm_client", client)
     args = ["surrogate", "eval", "--data", str(DATA), "--folds", "3", "--trees", "20", "--limit-pairs", "6",
             "--pairs-per-problem", "3", "--seed", "0"]
-    assert cli.main(args + ["--surrogate", "llm", "--json"]) == 0
+    assert cli.main(args + ["--surrogate", "llm", "--json"], llm_client_factory=client) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"learned", "roofline", "prior", "random", "oracle", "llm"} and built == [None]
     assert all(m["n_rows"] == 6 for m in out.values())
@@ -150,11 +149,12 @@ def test_cli_eval_with_the_llm(monkeypatch, capsys, table, sample):
     assert calls["calls"] == 6 and calls["cost_usd"] > 0 and calls["cache_read_input_tokens"] > 0
 
     # the same seed without the LLM scores the same pairs: the learned surrogate's numbers do not move
-    assert cli.main(args + ["--json"]) == 0
+    assert cli.main(args + ["--json"], llm_client_factory=client) == 0
     without = json.loads(capsys.readouterr().out)
     assert "llm" not in without and without["learned"]["brier"] == pytest.approx(out["learned"]["brier"])
 
-    assert cli.main(args + ["--only", "llm", "--only", "oracle", "--repeats", "2", "--llm-model", "claude-x"]) == 0
+    assert cli.main(args + ["--only", "llm", "--only", "oracle", "--repeats", "2", "--llm-model", "claude-x"],
+                    llm_client_factory=client) == 0
     text = capsys.readouterr().out
     assert "scored on a sample of 6 pairs over 2 problems" in text and "llm: 12 calls" in text
     assert built[-1] == "claude-x" and len(sdk.requests) == 6 + 12

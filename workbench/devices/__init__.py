@@ -1,25 +1,10 @@
-"""Where ladder stages run: a local CUDA GPU, or the CPU (Triton interpreter; correctness only, never timing)."""
+"""Where ladder stages run: a local GPU or the CPU (`LocalDevice`), recorded measurements (`ReplayDevice`), a Ray
+cluster (`ray_device.RayDevice`). `get_device(name)` turns a device name into one (the rule: `devices.resolve`)."""
 from __future__ import annotations
 
 from .local import LocalDevice, NoGPUError, cuda_gpu_count
+from .replay import ReplayDevice
+from .resolve import get_device, replay_counts, replays_dataset, resolve_name
 
-
-def get_device(spec: str = "auto", **kw):
-    """'auto' (a GPU when one is visible, else the CPU), 'cuda', 'cuda:N', 'cpu', or 'ray' / 'ray:ADDRESS' (a Ray
-    cluster's GPUs, or its CPUs when it has none; the address defaults to $WORKBENCH_RAY_ADDRESS or $RAY_ADDRESS,
-    else a local cluster is started)."""
-    if spec == "ray" or spec.startswith("ray:"):
-        from .ray_device import RayDevice  # ray is an optional dependency: imported only when asked for
-
-        return RayDevice(address=spec[4:] or None, **{"kind": "auto", **kw})
-    if spec == "auto":
-        return LocalDevice("cuda", **kw) if cuda_gpu_count() > 0 else LocalDevice("cpu", **kw)
-    if spec.startswith("cuda"):
-        index = int(spec.split(":")[1]) if ":" in spec else 0
-        return LocalDevice("cuda", gpu_index=index, **kw)
-    if spec == "cpu":
-        return LocalDevice("cpu", **kw)
-    raise ValueError(f"unknown device '{spec}' (expected auto, cuda, cuda:N, cpu, ray or ray:ADDRESS)")
-
-
-__all__ = ["LocalDevice", "NoGPUError", "cuda_gpu_count", "get_device"]
+__all__ = ["LocalDevice", "NoGPUError", "ReplayDevice", "cuda_gpu_count", "get_device", "replay_counts",
+           "replays_dataset", "resolve_name"]

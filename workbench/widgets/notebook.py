@@ -1,7 +1,12 @@
 """Small helpers the notebooks call so that they hold no logic of their own."""
 from __future__ import annotations
 
-from typing import Any
+from ..core.contracts import Device, is_replay
+from ..devices import ReplayDevice, get_device, replays_dataset
+from ..harness.budget import Budget
+from ..proposers.recorded import RecordedProposer
+from ..search import Search
+from .search_widget import SearchWidget, display_static
 
 CPU_NOTE = ("This machine has no GPU: the device is the CPU (Triton's interpreter), which refuses the timing stages. "
             "The search records correctness only: nodes are 'refused' (correct, not timed) or 'failed', there are no "
@@ -11,39 +16,22 @@ REPLAY_NOTE = ("No GPU here: the device replays real measurements recorded on an
                "estimated, so the search walks the measured part of the space.")
 
 
-def open_device(device: str = "auto", replay_data: str | list[str] = ""):
-    """The device a notebook's parameters name:
-
-    - `replay_data` (a store file, or several separated by commas): a replay device over those measurements;
-    - "auto": the GPU when one is visible, else the replay device over the shipped H200 dataset (results/dataset);
-    - "replay": that replay device on any machine;
-    - anything else (`cuda`, `cuda:N`, `cpu`, `ray`): `workbench.devices.get_device(device)`."""
-    from ..devices.replay import ReplayDevice
-
+def open_device(device: str = "auto", replay_data: str | list[str] = "") -> Device:
+    """The device a notebook's parameters name: `replay_data` (a store file, or several separated by commas) replays
+    those measurements alone; else `device` by the one rule of `workbench.devices.resolve` ("auto": the GPU when one
+    is visible, else replay of the shipped H200 dataset)."""
     if replay_data:
         paths = replay_data.split(",") if isinstance(replay_data, str) else list(replay_data)
         return ReplayDevice.from_paths([p.strip() for p in paths if p.strip()])
-    if device == "auto":
-        from ..devices import cuda_gpu_count
-
-        device = "cuda" if cuda_gpu_count() > 0 else "replay"
-    if device == "replay":
-        return ReplayDevice.from_dataset()
-    from ..devices import get_device
-
     return get_device(device)
 
 
-def device_note(device: Any) -> str:
+def device_note(device: Device) -> str:
     """One line on what the device can measure (the CPU note where timing is refused, the replay note)."""
-    kind = getattr(device, "kind", None)
-    if kind == "cpu":
+    if device.kind == "cpu":
         return CPU_NOTE
-    if kind == "replay":
-        from ..store.dataset import RecordedDataset
-
-        what = ("the shipped dataset, results/dataset" if any(isinstance(s, RecordedDataset) for s in device.stores)
-                else "the given store files")
+    if is_replay(device):
+        what = "the shipped dataset, results/dataset" if replays_dataset(device) else "the given store files"
         return REPLAY_NOTE.format(gpu=device.gpu_name, what=what)
     return f"device: {device.name} (timing stages run)"
 
@@ -51,21 +39,12 @@ def device_note(device: Any) -> str:
 def open_search(problem, device, strategy: str = "greedy", seed: int = 0, budget_gpu_s: float = 0.0, **kw):
     """A `Search` for a notebook: on a replay device over the shipped dataset the proposer walks the measured points
     of the space (`RecordedProposer`); `budget_gpu_s` <= 0 means no GPU-seconds limit. `kw` go to `Search`."""
-    from ..harness.budget import Budget
-    from ..search import Search
-
-    if getattr(device, "kind", None) == "replay" and "proposer" not in kw:
-        from ..proposers.recorded import RecordedProposer
-        from ..store.dataset import RecordedDataset
-
-        if any(isinstance(s, RecordedDataset) for s in device.stores):
-            kw["proposer"] = RecordedProposer.from_dataset(problem)
+    if replays_dataset(device) and "proposer" not in kw:
+        kw["proposer"] = RecordedProposer.from_dataset(problem)
     budget = Budget(budget_gpu_s if budget_gpu_s and budget_gpu_s > 0 else None)
     return Search(problem, device, strategy=strategy, seed=seed, budget=budget, **kw)
 
 
 def show(search, interactive: bool = True, **kw):
     """A `SearchWidget` when `interactive` (JupyterLab), else `display_static` (papermill and other headless runs)."""
-    from .search_widget import SearchWidget, display_static
-
     return SearchWidget(search, **kw) if interactive else display_static(search, **kw)
