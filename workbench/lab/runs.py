@@ -100,6 +100,11 @@ def _read_json(p: Path) -> dict | None:
         return None
 
 
+def read_manifest(run_dir: str | Path) -> dict | None:
+    """A run's manifest.json, or None when it is missing or unreadable."""
+    return _read_json(Path(run_dir) / MANIFEST)
+
+
 ENV_KEYS = ("git_sha", "git_dirty", "python", "torch", "triton", "workbench", "host", "gpu")
 
 
@@ -219,4 +224,4 @@ def load_runs(sweep_dir: str | Path, seed: str = "seed") -> SweepRuns:
     return SweepRuns(root.name, root, runs, trajs, varying, seed if seed in varying else None)
 
 
-__all__ = ["SweepRuns", "load_runs", "read_events", "save_run", "trajectory"]
+__all__ = ["SweepRuns", "load_runs", "read_events", "read_manifest", "save_run", "trajectory"]

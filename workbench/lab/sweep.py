@@ -19,16 +19,10 @@ a parameter whose default is None takes anything). A failed run keeps its error 
 sweep goes on; running the sweep again skips the runs whose manifest says "ok" and reruns the others. The resolved
 sweep config is written to `<out_root>/<sweep name>/sweep.yaml`; `workbench report` reads the run directories.
 With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
-parameter decides.
+parameter decides. Runs whose device is Ray share one cluster (`_sweep_ray_cluster`).
 
-Ray. When a run's `device` (from the sweep, else the notebook's default) is "ray" and neither $WORKBENCH_RAY_ADDRESS
-nor $RAY_ADDRESS is set, the sweep starts one local Ray cluster (head only, sized to this machine) for all its runs,
-passes its address to them as $WORKBENCH_RAY_ADDRESS, and shuts it down when the sweep ends (also on error); were each
-run to start its own, every one would claim all the machine's GPUs. A sweep process already connected to Ray
-(`ray.init` called) hands its runs that cluster instead and leaves it running. Runs that use Ray get
-$WORKBENCH_RAY_SHARE = how many of them run at once on their cluster, so each `RayDevice` takes only its part of the
-cluster (a value already in the environment is kept: e.g. two sweeps sharing one cluster). The manifest of such a run
-records `ray_address` (what the sweep passed, None when it passed none) and `ray_share`.
+`SweepSummary` is what one call did (ok, failed, skipped); its `frame()` reads the run directories through
+`workbench.lab.runs` (the report.json a notebook saved with `save_run`), like `workbench report` does.
 """
 from __future__ import annotations
 
@@ -54,6 +48,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from ..devices.ray_device import ray_share
+from .runs import REPORT, load_runs, read_manifest
 from .sweep_config import ConfigError, RunSpec, SweepConfig, expand, load_sweep, to_yaml
 
 KERNEL_NAME = "workbench-sweep"
@@ -265,13 +261,6 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # ---------------------------------------------------------------------------------------------- one run
 
 
@@ -357,34 +346,6 @@ class RunResult:
     seconds: float | None = None
 
 
-def notebook_report(path: Path) -> dict | None:
-    """The search report (`search.report()`, a dict shown as text/plain) from an executed notebook, if any."""
-    try:
-        nb = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    for c in reversed(nb.get("cells", [])):
-        for o in c.get("outputs", []) or []:
-            text = o.get("data", {}).get("text/plain") if o.get("output_type") == "execute_result" else None
-            text = "".join(text) if isinstance(text, list) else text
-            if not text or "'by_status'" not in text or not text.lstrip().startswith("{"):
-                continue
-            try:
-                rep = ast.literal_eval(text)
-                if isinstance(rep, dict):
-                    return rep
-            except (ValueError, SyntaxError):
-                pass
-            rep = {}  # values that are not literals (e.g. numpy scalars): the two numbers by pattern
-            m = re.search(r"'gpu_seconds':\s*(?:np\.float\d*\()?([-+0-9.eE]+|nan|inf)", text)
-            if m:
-                rep["gpu_seconds"] = float(m.group(1))
-            m = re.search(r"'speedup_vs_eager':\s*(?:np\.float\d*\()?([-+0-9.eE]+|nan|inf)", text)
-            rep["best"] = {"speedup_vs_eager": float(m.group(1))} if m else None
-            return rep
-    return None
-
-
 @dataclass
 class SweepSummary:
     name: str
@@ -410,20 +371,19 @@ class SweepSummary:
         return [r.dir for r in self.runs if status is None or r.status == status]
 
     def frame(self):
-        """One row per run: the parameters, status, error, seconds and, where the executed notebook shows the
-        search report, best_speedup (vs eager, NaN when nothing was timed) and gpu_seconds."""
-        import pandas as pd
+        """One row per run of this call: its parameters, status (ok, failed, skipped), error and seconds; when any
+        run saved its search report (report.json, `workbench.lab.runs.save_run`), also best_speedup (vs eager, NaN
+        when nothing was timed or no report) and gpu_seconds, as `workbench.lab.runs.load_runs` reads them."""
+        import pandas as pd  # a light module until a frame is asked for
 
+        saved = load_runs(self.root).runs.set_index("run_id") if self.runs else None
+        reported = any((r.dir / REPORT).exists() for r in self.runs)
         rows = []
         for r in self.runs:
             row = {"run_id": r.run_id, **r.params, "status": r.status, "error": r.error, "seconds": r.seconds}
-            rep = notebook_report(r.dir / "notebook.ipynb")
-            if rep is not None:
-                best = rep.get("best") or {}
-                sp = best.get("speedup_vs_eager") if isinstance(best, dict) else None
-                row["best_speedup"] = float(sp) if isinstance(sp, (int, float)) else float("nan")
-                gs = rep.get("gpu_seconds")
-                row["gpu_seconds"] = float(gs) if isinstance(gs, (int, float)) else float("nan")
+            if reported:
+                row["best_speedup"] = saved.at[r.run_id, "best_speedup"]
+                row["gpu_seconds"] = saved.at[r.run_id, "gpu_seconds"]
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -469,9 +429,7 @@ def _ray_envs(targets: dict[str, str], jobs: int) -> dict[str, dict[str, str]]:
     part of it (a value set in this environment wins: it may know of other sweeps on the cluster)."""
     user = ""
     if targets and os.environ.get("WORKBENCH_RAY_SHARE", "").strip():
-        from ..devices.ray_device import ray_share  # the device's own reading of it (ray itself is not imported)
-
-        try:
+        try:  # the device's own reading of it
             user = str(ray_share())
         except ValueError as e:
             raise SweepError(str(e)) from e
@@ -490,7 +448,14 @@ def _import_ray():
 @contextmanager
 def _sweep_ray_cluster(ray):
     """The address of a Ray cluster for the sweep's "ray" runs: this process's when it is already connected (left
-    running), else a local one started here and shut down on leaving, whatever happened in between."""
+    running), else a local one started here and shut down on leaving, whatever happened in between.
+
+    `run_sweep` uses it when a run's `device` (from the sweep, else the notebook's default) is "ray" and neither
+    $WORKBENCH_RAY_ADDRESS nor $RAY_ADDRESS is set: one cluster, sized to this machine, for all the runs (its address
+    passed to them as $WORKBENCH_RAY_ADDRESS), since a cluster per run would each claim all the machine's GPUs. Runs
+    that use Ray get $WORKBENCH_RAY_SHARE = how many of them run at once on their cluster, so each `RayDevice` takes
+    only its part (a value already in the environment is kept: e.g. two sweeps sharing one cluster). The manifest of
+    such a run records `ray_address` (what the sweep passed, None when it passed none) and `ray_share`."""
     if ray.is_initialized():
         yield ray.get_runtime_context().gcs_address
         return
@@ -561,4 +526,4 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
 
 
 __all__ = ["ConfigError", "RunResult", "SweepError", "SweepSummary", "check_parameters", "ensure_kernelspec",
-           "notebook_defaults", "notebook_parameters", "notebook_report", "run_sweep", "value_fits"]
+           "notebook_defaults", "notebook_parameters", "run_sweep", "value_fits"]
