@@ -108,3 +108,17 @@ def test_llm_proposer_without_key_says_so(monkeypatch):
                         "--set", "dim=100", "--device", "cpu", "--proposer", "llm", "--steps", "1", "--no-store"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 2 and "ANTHROPIC_API_KEY" in r.stderr
+
+
+def test_search_auto_without_gpu_replays_and_says_so(monkeypatch, capsys):
+    """`--device auto` (the default) with no GPU visible replays the recorded H200 measurements and says so on
+    stderr; the report counts what replay answered."""
+    from workbench.cli import main
+    from workbench.devices import resolve
+
+    monkeypatch.setattr(resolve, "cuda_gpu_count", lambda: 0)
+    assert main(["search", "cross_entropy", "--steps", "1", "--no-store", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "no GPU visible: replaying recorded NVIDIA H200 measurements" in err
+    report = json.loads(out)
+    assert report["device"] == "replay:cuda:NVIDIA H200" and report["replay"]["answered"] > 0

@@ -257,3 +257,32 @@ def test_retryable_outcomes_are_not_final(tmp_path):
         store.put_evaluation(ev)
         found = store.find_evaluation(problem.key, cand.hash, "cuda:X", "full_timing")
         assert (found is None) == (i < 2), i
+
+
+# the llm_calls table as the LLM recorder created it on its own connection before the store owned it
+OLD_LLM_CALLS = """CREATE TABLE IF NOT EXISTS llm_calls (
+    id TEXT PRIMARY KEY, created_at TEXT NOT NULL, purpose TEXT, model TEXT,
+    input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER, cache_write_tokens INTEGER,
+    cost_usd REAL, latency_s REAL, retries INTEGER, stop_reason TEXT, ok INTEGER, error TEXT, prompt TEXT, reply TEXT
+)"""
+
+
+def test_llm_calls_in_a_store_that_already_has_them(tmp_path):
+    """A store file whose llm_calls table (and a row) the recorder wrote itself still opens; the store appends to
+    that table and reads both rows back, oldest first, without touching its schema version."""
+    path = tmp_path / "old.sqlite"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(OLD_LLM_CALLS)
+        conn.execute("INSERT INTO llm_calls (id, created_at, purpose, cost_usd, ok) VALUES "
+                     "('a', '2025-01-01T00:00:00+00:00', 'propose:x', 0.5, 1)")
+    conn.close()
+    with Store(path) as s:
+        assert s.put_llm_call({"id": "b", "created_at": "2025-01-02T00:00:00+00:00", "purpose": "forecast:x",
+                               "cost_usd": 0.25, "ok": 0, "error": "RateLimitError"}) == "b"
+        calls = s.llm_calls()
+        assert [(c["id"], c["purpose"], c["cost_usd"], c["ok"]) for c in calls] == [
+            ("a", "propose:x", 0.5, 1), ("b", "forecast:x", 0.25, 0)]
+        assert calls[1]["error"] == "RateLimitError" and calls[1]["model"] is None
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

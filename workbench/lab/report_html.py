@@ -54,8 +54,10 @@ def _table(df, numeric: Sequence[str] = (), row_class=None) -> str:
 
 
 def _kv(items: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v) if not isinstance(v, (list, dict)) else json.dumps(v))}</td></tr>"  # noqa: E501
-                   for k, v in items.items())
+    def cell(v: Any) -> str:
+        return html.escape(json.dumps(v) if isinstance(v, (list, dict)) else _fmt(v))
+
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{cell(v)}</td></tr>" for k, v in items.items())
     return f"<table>{rows}</table>"
 
 
@@ -72,71 +74,77 @@ def _device_text(sr: _runs.SweepRuns) -> str:
     return "; ".join(out)
 
 
+def _environment(sr: _runs.SweepRuns, sweep_dir: Path) -> list[str]:
+    env = sr.environment()
+    rows = {"device": _device_text(sr), "GPU": env.get("gpu") or "none visible",
+            "git sha": env.get("git_sha"), "uncommitted changes": env.get("git_dirty"),
+            **{k: env.get(k) for k in ("python", "torch", "triton", "workbench", "host") if k in env},
+            "varying parameters": ", ".join(sr.params) or "none"}
+    parts = ["<h2>Environment</h2>", _kv(rows)]
+    cfg_path = sweep_dir / "sweep.yaml"
+    if cfg_path.exists():
+        parts += ["<details><summary>sweep.yaml</summary>", f"<pre>{html.escape(cfg_path.read_text())}</pre></details>"]
+    return parts
+
+
+def _curves(sr: _runs.SweepRuns, quantiles: Sequence[float], plotlyjs: str | bool) -> list[str]:
+    parts = ["<h2>Best speedup against budget</h2>"]
+    traj = sr.ok_trajectories
+    if not len(traj):
+        return parts + ["<p>No finished run saved a trajectory (the notebook needs an <code>out_dir</code> parameter "
+                        "and <code>workbench.lab.runs.save_run</code>), so there are no curves.</p>"]
+    parts.append("<p class=note>Each line is one configuration: the median over its seeds of the best speedup vs "
+                 "eager found so far; the shaded band spans the seeds (min to max unless other quantiles were asked "
+                 "for). A run that ended holds its final best.</p>")
+    for i, x in enumerate(("gpu_s", "measured")):
+        fig = viz.plot_sweep_curves(viz.get_sweep_curves_info(traj, by=sr.config_params, x=x, quantiles=quantiles))
+        fig.update_layout(height=460)
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=plotlyjs if i == 0 else False,
+                                 div_id=f"curve-{i}", config={"displaylogo": False}))
+    return parts
+
+
+def _tables(sr: _runs.SweepRuns) -> list[str]:
+    parts = ["<h2>Per configuration</h2>"]
+    if len(sr.ok):
+        summ = sr.summary()
+        parts.append(_table(summ, numeric=[c for c in summ.columns if c not in sr.config_params + ["runs"]]))
+    else:
+        parts.append("<p>No run finished.</p>")
+    parts.append("<h2>Runs</h2>")
+    numeric = ["best_speedup", "gpu_seconds", "measured", "candidates", "seconds"]
+    cols = ["run_id", *sr.params, "status", *numeric]
+    parts.append(_table(sr.runs[[c for c in cols if c in sr.runs.columns]], numeric=numeric,
+                        row_class=lambda r: "failed" if r["status"] != "ok" else ""))
+    return parts
+
+
+def _failures(sr: _runs.SweepRuns) -> list[str]:
+    if not len(sr.failed):
+        return []
+    parts = ["<h2>Failures</h2>"]
+    for _, r in sr.failed.iterrows():
+        tb = (_runs.read_manifest(r["dir"]) or {}).get("traceback") or ""
+        parts.append(f"<details open><summary><code>{html.escape(r['run_id'])}</code>: "
+                     f"{html.escape(str(r['status']))} — {html.escape(str(r['error']))}</summary>"
+                     f"<pre>{html.escape(tb)}</pre></details>")
+    return parts
+
+
 def sweep_report_html(sweep_dir: str | Path, title: str | None = None, quantiles: Sequence[float] = (0.0, 1.0),
                       plotlyjs: str | bool = True) -> str:
     """The report as one HTML string. `plotlyjs`: True inlines plotly.js (self-contained, no network); a path or
     URL string loads it from there instead (plotly's `include_plotlyjs`)."""
     sr = _runs.load_runs(sweep_dir)
-    cfg_path = Path(sweep_dir) / "sweep.yaml"
-    cfg_text = cfg_path.read_text() if cfg_path.exists() else None
     title = title or f"Sweep report: {sr.name}"
     n_ok, n_all = len(sr.ok), len(sr.runs)
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p class=note>{n_ok} of {n_all} runs finished ok, {n_all - n_ok} failed or unfinished; run directories "
              f"under <code>{html.escape(str(Path(sweep_dir).resolve()))}</code>; generated "
-             f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.</p>"]
-    env = sr.environment()
-    env_rows = {"device": _device_text(sr), "GPU": env.get("gpu") or "none visible",
-                "git sha": env.get("git_sha"), "uncommitted changes": env.get("git_dirty"),
-                **{k: env.get(k) for k in ("python", "torch", "triton", "workbench", "host") if k in env},
-                "varying parameters": ", ".join(sr.params) or "none"}
-    parts += ["<h2>Environment</h2>", _kv(env_rows)]
-    if cfg_text:
-        parts += ["<details><summary>sweep.yaml</summary>", f"<pre>{html.escape(cfg_text)}</pre></details>"]
-
-    parts.append("<h2>Best speedup against budget</h2>")
-    figures = []
-    if len(sr.trajectories):
-        ok_ids = set(sr.ok["run_id"])
-        traj = sr.trajectories[sr.trajectories["run_id"].isin(ok_ids)]
-        if len(traj):
-            for x in ("gpu_s", "measured"):
-                info = viz.get_sweep_curves_info(traj, by=sr.config_params, x=x, quantiles=quantiles)
-                figures.append(viz.plot_sweep_curves(info))
-    if figures:
-        parts.append("<p class=note>Each line is one configuration: the median over its seeds of the best speedup "
-                     "vs eager found so far; the shaded band spans the seeds (min to max unless other quantiles were "
-                     "asked for). A run that ended holds its final best.</p>")
-        for i, fig in enumerate(figures):
-            fig.update_layout(height=460)
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=plotlyjs if i == 0 else False,
-                                     div_id=f"curve-{i}", config={"displaylogo": False}))
-    else:
-        parts.append("<p>No finished run saved a trajectory (the notebook needs an <code>out_dir</code> parameter and "
-                     "<code>workbench.lab.runs.save_run</code>), so there are no curves.</p>")
-
-    parts.append("<h2>Per configuration</h2>")
-    if n_ok:
-        summ = sr.summary()
-        parts.append(_table(summ, numeric=[c for c in summ.columns if c not in sr.config_params + ["runs"]]))
-    else:
-        parts.append("<p>No run finished.</p>")
-
-    parts.append("<h2>Runs</h2>")
-    cols = ["run_id", *sr.params, "status", "best_speedup", "gpu_seconds", "measured", "candidates", "seconds"]
-    runs_df = sr.runs[[c for c in cols if c in sr.runs.columns]]
-    parts.append(_table(runs_df, numeric=["best_speedup", "gpu_seconds", "measured", "candidates", "seconds"],
-                        row_class=lambda r: "failed" if r["status"] != "ok" else ""))
-    failed = sr.failed
-    if len(failed):
-        parts.append("<h2>Failures</h2>")
-        for _, r in failed.iterrows():
-            m = _runs._read_json(Path(r["dir"]) / _runs.MANIFEST) or {}
-            parts.append(f"<details open><summary><code>{html.escape(r['run_id'])}</code>: {html.escape(str(r['status']))}"
-                         f" — {html.escape(str(r['error']))}</summary><pre>{html.escape(m.get('traceback') or '')}"
-                         "</pre></details>")
-    parts.append("<p class=note>Written by <code>workbench report</code> (workbench.lab.reports.sweep_report_html) from "
-                 "each run's manifest.json, report.json and trajectory.parquet.</p>")
+             f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.</p>",
+             *_environment(sr, Path(sweep_dir)), *_curves(sr, quantiles, plotlyjs), *_tables(sr), *_failures(sr),
+             "<p class=note>Written by <code>workbench report</code> (workbench.lab.report_html) from each run's "
+             "manifest.json, report.json and trajectory.parquet.</p>"]
     return ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(parts) + "\n</body></html>\n")

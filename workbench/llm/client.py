@@ -22,7 +22,10 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the recorder imports this module (for redact)
+    from .recorder import CallRecorder
 
 NO_KEY = "no ANTHROPIC_API_KEY in the environment: the offline proposer and surrogate carry on"
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504, 529})
@@ -105,7 +108,7 @@ def retryable(error: BaseException) -> bool:
 
 
 class LLMClient:
-    def __init__(self, config: LLMConfig | None = None, client: Any = None, recorder: Any = None):
+    def __init__(self, config: LLMConfig | None = None, client: Any = None, recorder: CallRecorder | None = None):
         self.config = config or LLMConfig()
         if client is None:
             if not os.environ.get("ANTHROPIC_API_KEY"):
