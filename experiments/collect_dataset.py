@@ -15,8 +15,10 @@ One process per GPU (`--gpus`), each with its own GPU worker and a pool of CPU c
 problem while the GPU measures the current one. Rows are appended to <out>/rows-gpu<i>.jsonl as each candidate
 finishes; a rerun skips every (problem key, candidate) already there, so collection resumes where it stopped (device
 time comes in slices). `--deadline-s` stops taking new work after that many seconds. Candidate sources are not
-stored: each row's `choice` regenerates its source exactly through `OfflineProposer.render` (the export checks the
-hashes). Then `experiments/export_dataset.py` turns the rows into the shipped parquet.
+stored: each row's origin holds the choice, which `OfflineProposer.render` turns back into the source, and the
+candidate's identity (families, template versions, specs: `workbench.kernels.identity`), which the export checks so
+that a cosmetic template edit keeps the row and a version bump retires it. Then `experiments/export_dataset.py` turns
+the rows into the shipped parquet.
 """
 from __future__ import annotations
 
@@ -33,6 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from workbench.devices.local import LocalDevice  # noqa: E402
+from workbench.harness.ladder import Ladder  # noqa: E402
+from workbench.problems import Problem, builtin_names  # noqa: E402
+from workbench.proposers.offline import OfflineProposer  # noqa: E402
 
 
 def iter_rows(out: Path):
@@ -52,18 +59,12 @@ def done_keys(out: Path) -> set[tuple[str, str, str]]:
 
 
 def prepare(name: str, per_problem: int, seed: int):
-    from workbench.problems import Problem
-    from workbench.proposers.offline import OfflineProposer
-
     problem = Problem.load(name)
     proposer = OfflineProposer(problem)
     return problem, proposer.propose(per_problem, seed=seed), proposer.space_size()
 
 
 def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float) -> None:
-    from workbench.devices.local import LocalDevice
-    from workbench.harness.ladder import Ladder
-
     out = Path(args["out"])
     rows = (out / f"rows-gpu{gpu}.jsonl").open("a")
     timeouts = {"correctness": args["timeout_s"], "quick_timing": args["timeout_s"], "full_timing": 300.0}
@@ -161,8 +162,6 @@ def _quick_times(out: Path, problem_key: str, cands) -> dict:
 
 
 def main() -> None:
-    from workbench.problems import builtin_names
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("problems", nargs="*")
     ap.add_argument("--per-problem", type=int, default=250)

@@ -167,8 +167,8 @@ def test_fusion_move_flips_structure(tmp_path):
     fused = proposer.groups({point: True})
     split = proposer.groups({point: False})
     assert len(split) == len(fused) + 1  # the epilogue becomes its own elementwise kernel
-    moves = proposer.neighbours(proposer.default_choice(), random.Random(0), k=30)
-    assert any(dict(m.fuse)[point] is False for m in moves)
+    moves = proposer.moves(proposer.default_choice(), random.Random(0), k=30)
+    assert any(dict(m.fuse)[point] is False for _, m in moves)
 
 
 def test_problem_that_cannot_be_captured_gets_a_clear_message(tmp_path):

@@ -23,6 +23,7 @@ from typing import Any
 from .base import DTYPE_BYTES, SHARED_LIMIT, Rendered, grid_space
 
 name = "attention"
+template_version = 1  # see base.Family
 
 DTYPES = ("float32", "bfloat16", "float16")
 PRECISIONS = ("ieee", "tf32", "tf32x3")

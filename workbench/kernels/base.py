@@ -22,9 +22,10 @@ import dataclasses
 import itertools
 from typing import Any, Iterable, Protocol
 
-# sm_90 limits used by `check` (the compile stage verifies the real numbers).
-SHARED_LIMIT = 227 * 1024
-REGISTER_FILE = 65536
+from ..core.target import H200
+
+# The limit `check` holds shared memory to: what one block may opt into (the compile stage verifies the real numbers).
+SHARED_LIMIT = H200.smem_per_block
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int64": 8, "int32": 4}
 
@@ -54,6 +55,10 @@ class Rendered:
 
 class Family(Protocol):
     name: str
+    # Bumped only when a change alters what the family's kernels compute or how fast they run: a candidate rendered
+    # at another version is another candidate, and measurements recorded at the old one no longer answer for it.
+    # Cosmetic edits (comments, names, layout of the text) keep the version, so recorded measurements still apply.
+    template_version: int
 
     def space(self, spec: Any) -> list[dict[str, Any]]:
         """Every configuration for this spec, in a fixed order (enumeration and seeded sampling rely on it)."""

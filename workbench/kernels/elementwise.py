@@ -6,17 +6,18 @@ bias), `scalar` (one element), or `strided` (anything else broadcastable: up to 
 expanded strides). Arithmetic is fp32; the output is stored in its dtype.
 
 Config: BLOCK (elements per program), num_warps, and PERSISTENT_WAVES (0: one program per block; k > 0: k waves of
-132 programs that stride over the blocks, fewer launches of work for very large tensors).
+one program per SM that stride over the blocks, fewer launches of work for very large tensors).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from ..core.target import H200
 from .base import Rendered, grid_space, tl_dtype
 
 KINDS = ("flat", "lastdim", "scalar", "strided")
-NUM_SMS = 132  # H200
+NUM_SMS = H200.sms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ElementwiseSpec:
 
 class ElementwiseFamily:
     name = "elementwise"
+    template_version = 1  # see base.Family
 
     def space(self, spec: ElementwiseSpec) -> list[dict[str, Any]]:
         return grid_space(BLOCK=(256, 512, 1024, 2048, 4096, 8192), num_warps=(2, 4, 8, 16),
@@ -92,7 +94,8 @@ class ElementwiseFamily:
             lines += [f"{ind}i3 = offs % d3", f"{ind}rest = offs // d3", f"{ind}i2 = rest % d2",
                       f"{ind}rest = rest // d2", f"{ind}i1 = rest % d1", f"{ind}i0 = rest // d1"]
         lines += [ind + line for line in loads]
-        lines += [f"{ind}out = {spec.expr}", f"{ind}tl.store(out_ptr + offs, out.to({tl_dtype(spec.out_dtype)}), mask=mask)"]
+        lines += [f"{ind}out = {spec.expr}",
+                  f"{ind}tl.store(out_ptr + offs, out.to({tl_dtype(spec.out_dtype)}), mask=mask)"]
         kernel = "\n".join(lines) + "\n"
 
         # launcher: every input a tensor (scalars as 1-element tensors); the output has the broadcast shape
@@ -126,3 +129,6 @@ class ElementwiseFamily:
         body += [f"    {name}_kernel[({grid},)]({', '.join(call)}, BLOCK={block}, num_warps={config['num_warps']})",
                  "    return out"]
         return Rendered(kernel, "\n".join(body) + "\n")
+
+
+ELEMENTWISE = ElementwiseFamily()

@@ -7,7 +7,7 @@ a K mask that is compiled out when K divides evenly. Variants chosen by the conf
 
 - SPLIT_K > 1: program (tile, z) sums every SPLIT_K-th BK slab starting at slab z into an fp32 workspace
   [SPLIT_K, B, M, N]; a second small kernel adds the SPLIT_K planes and applies the epilogue once, after the sum.
-- PERSISTENT: min(#tiles, NUM_SMS) programs, each walking tiles pid, pid + NUM_SMS, ... (NUM_SMS = 132 on an H200).
+- PERSISTENT: min(#tiles, NUM_SMS) programs, each walking tiles pid, pid + NUM_SMS, ... (NUM_SMS: the H200's SMs).
 
 The epilogue is a `@triton.jit` helper `{name}_epilogue(acc, <inputs>)` returning `spec.epilogue.expr`; each input is
 loaded per its kind ("col" [N], "row" [M], "full" [M, N], all broadcast over the batch unless given per batch;
@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import keyword
 import textwrap
 from typing import Any
 
+from ..core.target import H200
+from ._common import RESERVED_NAMES, usable_name
 from .base import DTYPE_BYTES, SHARED_LIMIT, Epilogue, Rendered, grid_space
 
 name = "gemm"
+template_version = 1  # see base.Family
 
 IN_DTYPES = ("float32", "bfloat16", "float16")
 OUT_DTYPES = ("float32", "bfloat16", "float16")
 PRECISIONS = ("ieee", "tf32", "tf32x3")  # tf32x3: three tf32 products, near-fp32 accuracy on tensor cores
 KINDS = ("row", "col", "full", "scalar")
-RESERVED = {"acc", "tl", "triton", "torch"}
-NUM_SMS = 132  # H200 SXM multiprocessors; a config may override it with "NUM_SMS"
+NUM_SMS = H200.sms  # a config may override it with "NUM_SMS"
 REDUCE_BM, REDUCE_BN = 32, 64  # tile of the split-K reduction kernel
 
 # Register budget of the accumulator, in bytes per thread (128 fp32 values, half of the 255-register file).
@@ -55,9 +56,8 @@ class GemmSpec:
     batched: bool = False         # [B, M, K] x [B, K, N] (batch stride 0 broadcasts)
     precision: str = "ieee"       # fp32 inputs: "ieee" (fp32-accurate), "tf32", "tf32x3"; ignored for 16-bit inputs
     epilogue: Epilogue | None = None
-    # the whole output is one element: split-K's workspace plane (B*M*N) is then 1, which Triton passes to the reduce
-    # kernel as a constexpr int, and the kernel's int64 offset (plane.to) does not compile; split-K is refused there
-    # (the template text is kept as it was measured: the shipped H200 data is matched by source hash)
+    # the whole output is one element: split-K is refused, its reduce kernel does not compile there
+    # (results/gpu_tests_h200_session13/README.md)
     single_output: bool = False
 
 
@@ -80,8 +80,8 @@ def _epilogue_problem(ep: Epilogue | None) -> str | None:
         return None
     names = [i.name for i in ep.inputs]
     for i in ep.inputs:
-        if not i.name.isidentifier() or keyword.iskeyword(i.name) or i.name in RESERVED:
-            return f"epilogue input name {i.name!r} is not a usable identifier (reserved: {sorted(RESERVED)})"
+        if not usable_name(i.name):
+            return f"epilogue input name {i.name!r} is not a usable identifier (reserved: {sorted(RESERVED_NAMES)})"
         if i.kind not in KINDS:
             return f"epilogue input {i.name!r} has kind {i.kind!r}, not one of {KINDS}"
     if len(set(names)) != len(names):
@@ -255,11 +255,13 @@ def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
 
     ep_line = ep_params.rstrip() + "\n        " if ep_params and split == 1 else ""
     params = (f"a_ptr, b_ptr, c_ptr, {ep_line}"
-              "M, N, K, NB, plane, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn,\n        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, "
+              "M, N, K, NB, plane, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn,\n"
+              "        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, "
               "GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,\n        EVEN_K: tl.constexpr, INT64: tl.constexpr")
     if persistent:
         kernel = (f"@triton.jit\ndef {name}_kernel(\n        {params}, NUM_SMS: tl.constexpr):\n"
-                  "    # persistent: NUM_SMS programs (fewer when there are fewer tiles) walk the tiles of all batches\n"
+                  "    # persistent: NUM_SMS programs (fewer when there are fewer tiles) walk the tiles of all "
+                  "batches\n"
                   "    kz = 0\n"
                   "    tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)\n"
                   "    for t in range(tl.program_id(0), tiles * NB, NUM_SMS):\n"

@@ -22,7 +22,8 @@ import dataclasses
 import math
 from typing import Any
 
-from .base import DTYPE_BYTES, REGISTER_FILE, SHARED_LIMIT, Rendered, grid_space
+from ._common import next_pow2, register_budget, threads_check
+from .base import DTYPE_BYTES, SHARED_LIMIT, Rendered, grid_space
 
 DTYPES = ("float32", "bfloat16", "float16", "float64", "int64", "int32")
 PERMUTE_WARPS = (1, 2, 4, 8, 16)
@@ -35,19 +36,9 @@ COPY_COLS = (16, 32, 64, 128, 256, 512, 1024)
 ELEMS_PER_THREAD = 64
 
 
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def _threads_check(num_warps: int, elements: int) -> str | None:
-    if num_warps > 1 and num_warps * 32 > 2 * elements:
-        return f"{num_warps * 32} threads for a tile of {elements} elements: more than half the threads idle"
-    return None
-
-
 def _regs_check(elements: int, elem_bytes: int, num_warps: int) -> str | None:
     threads = 32 * num_warps
-    budget = ELEMS_PER_THREAD * min(1.0, REGISTER_FILE / threads / 256) / (2 if elem_bytes > 4 else 1)  # 8-byte data
+    budget = register_budget(ELEMS_PER_THREAD, num_warps) / (2 if elem_bytes > 4 else 1)  # 8-byte data: two registers
     if elements / threads > budget:
         return f"{elements} elements over {threads} threads: {elements / threads:.0f} per thread > {budget:.0f} " \
                f"(registers would spill)"
@@ -115,6 +106,7 @@ def _permute_problem(spec: PermuteSpec) -> str | None:
 class PermuteFamily:
     """Config: BLOCK_A, BLOCK_B, num_warps (see the module docstring for what A and B are per kernel kind)."""
     name = "permute"
+    template_version = 1  # see base.Family
 
     def plan(self, spec: PermuteSpec) -> _Plan:
         return _plan(spec)
@@ -142,7 +134,7 @@ class PermuteFamily:
                 return f"copy: BLOCK_A {ba} rows > {rows} rows"
             if bb > max(COPY_COLS[0], next_pow2(cols)):
                 return f"copy: BLOCK_B {bb} wider than the {cols} columns"
-            return _regs_check(ba * bb, nbytes, warps) or _threads_check(warps, ba * bb)
+            return _regs_check(ba * bb, nbytes, warps) or threads_check(warps, ba * bb)
         size_a, size_b = sizes[-1], sizes[plan.perm[-1]]
         if ba not in TRANSPOSE_BLOCKS or bb not in TRANSPOSE_BLOCKS:
             return f"transpose: BLOCK_A and BLOCK_B in {TRANSPOSE_BLOCKS}"
@@ -152,7 +144,7 @@ class PermuteFamily:
             return f"transpose: BLOCK_B {bb} > the {size_b} elements of the output's last axis"
         if ba * bb * nbytes > SHARED_LIMIT:
             return "transpose tile larger than shared memory"
-        return _regs_check(ba * bb, nbytes, warps) or _threads_check(warps, ba * bb)
+        return _regs_check(ba * bb, nbytes, warps) or threads_check(warps, ba * bb)
 
     def default(self, spec: PermuteSpec) -> dict[str, Any]:
         config = None
@@ -298,6 +290,7 @@ class GatherSpec:
 class GatherFamily:
     """Config: BLOCK_D (columns per program), ROWS_PER_PROGRAM (indices per program), num_warps."""
     name = "gather"
+    template_version = 1  # see base.Family
 
     def space(self, spec: GatherSpec) -> list[dict[str, Any]]:
         return grid_space(BLOCK_D=GATHER_BLOCK_D, ROWS_PER_PROGRAM=GATHER_ROWS, num_warps=GATHER_WARPS)
@@ -316,7 +309,7 @@ class GatherFamily:
             return f"num_warps {warps} not in {GATHER_WARPS}"
         if bd > max(GATHER_BLOCK_D[0], next_pow2(spec.dim)):
             return f"BLOCK_D {bd} wider than dim {spec.dim}"
-        return _regs_check(rows * bd, DTYPE_BYTES[spec.dtype], warps) or _threads_check(warps, rows * bd)
+        return _regs_check(rows * bd, DTYPE_BYTES[spec.dtype], warps) or threads_check(warps, rows * bd)
 
     def default(self, spec: GatherSpec) -> dict[str, Any]:
         bd = min(1024, max(32, next_pow2(spec.dim)))
@@ -361,4 +354,3 @@ class GatherFamily:
 
 PERMUTE = PermuteFamily()
 GATHER = GatherFamily()
-FAMILIES = (PERMUTE, GATHER)

@@ -29,11 +29,12 @@ registers, ROWS_PER_PROGRAM rows per program) or "loop" (chunks of BLOCK with a 
 from __future__ import annotations
 
 import dataclasses
-import keyword
 import re
 from typing import Any
 
-from .base import DTYPE_BYTES, REGISTER_FILE, Epilogue, Rendered, grid_space
+from ..core.target import H200
+from ._common import RESERVED_NAMES, next_pow2, register_budget, threads_check, usable_name
+from .base import DTYPE_BYTES, Epilogue, Rendered, grid_space
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 WARPS = (1, 2, 4, 8, 16, 32)
@@ -57,24 +58,14 @@ PROLOGUE_KINDS = ("full", "col", "row", "scalar")
 NEG_INF = 'float("-inf")'
 
 
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
 def single_block_cap(dtype: str) -> int:
     """Largest row block kept in registers: 16384 for 4-byte inputs, 32768 for 2-byte ones."""
     return 16384 if DTYPE_BYTES.get(dtype, 4) >= 4 else 32768
 
 
-def _threads_check(num_warps: int, elements: int) -> str | None:
-    if num_warps > 1 and num_warps * 32 > 2 * elements:
-        return f"{num_warps * 32} threads for a tile of {elements} elements: more than half the threads idle"
-    return None
-
-
 def _regs_check(elements: int, num_warps: int, per_thread: int = ELEMS_PER_THREAD) -> str | None:
     threads = 32 * num_warps
-    budget = per_thread * min(1.0, REGISTER_FILE / threads / 256)
+    budget = register_budget(per_thread, num_warps)
     if elements / threads > budget:
         return (f"{elements} fp32 tile elements over {threads} threads: {elements / threads:.0f} per thread > "
                 f"{budget:.0f} (registers would spill)")
@@ -95,9 +86,8 @@ class _Prologue:
         if len(set(names)) != len(names):
             return f"prologue input names repeat: {names}"
         for inp in self.inputs:
-            if not inp.name.isidentifier() or keyword.iskeyword(inp.name) or inp.name in ("acc", "tl", "triton",
-                                                                                          "torch", "float"):
-                return f"prologue input name {inp.name!r} is not usable"
+            if not usable_name(inp.name):
+                return f"prologue input name {inp.name!r} is not usable (reserved: {sorted(RESERVED_NAMES)})"
             if inp.kind not in PROLOGUE_KINDS:
                 return f"prologue input {inp.name!r} has kind {inp.kind!r}; supported: {PROLOGUE_KINDS}"
         return None
@@ -184,8 +174,9 @@ class RowSpec:
     op: one of ROW_OPS. eps: layernorm / rmsnorm. has_weight: per-column scale (layernorm, rmsnorm); has_bias:
     per-column shift (layernorm). correction: var's divisor is n_cols - correction (torch.var: 1 unbiased, 0
     biased). var_mean returns (var, mean) from one pass, like torch.var_mean; keepdim (var_mean only: the other ops
-    get their keepdim from the caller) keeps the reduced dimension as size 1. reduction: cross_entropy only, "none" (per-row fp32 loss) or "mean". ignore_index: cross_entropy only;
-    None: every target counts (mean = out.mean()); an int: those rows get loss 0 and the mean divides by the rest.
+    get their keepdim from the caller) keeps the reduced dimension as size 1. reduction: cross_entropy only, "none"
+    (per-row fp32 loss) or "mean". ignore_index: cross_entropy only; None: every target counts (mean = out.mean());
+    an int: those rows get loss 0 and the mean divides by the rest.
     prologue: elementwise expression applied to each loaded element (see the module docstring).
     """
     op: str
@@ -224,6 +215,7 @@ def _row_spec_problem(spec: RowSpec) -> str | None:
 class RowReduceFamily:
     """Config: strategy ("single" | "loop"), BLOCK, ROWS_PER_PROGRAM, num_warps, num_stages (loop only)."""
     name = "row_reduce"
+    template_version = 1  # see base.Family
 
     def space(self, spec: RowSpec) -> list[dict[str, Any]]:
         single = grid_space(strategy=("single",), BLOCK=(next_pow2(spec.n_cols),), ROWS_PER_PROGRAM=ROWS_CHOICES,
@@ -263,7 +255,7 @@ class RowReduceFamily:
         else:
             return f"unknown strategy {strategy!r}"
         budget = NORM_ELEMS_PER_THREAD if spec.op in ("layernorm", "rmsnorm") else ELEMS_PER_THREAD
-        return _regs_check(rows * block, warps, budget) or _threads_check(warps, rows * block)
+        return _regs_check(rows * block, warps, budget) or threads_check(warps, rows * block)
 
     def default(self, spec: RowSpec) -> dict[str, Any]:
         full = next_pow2(spec.n_cols)
@@ -550,6 +542,7 @@ class ColReduceFamily:
     """Config: BLOCK_N (columns per program), BLOCK_M (rows per iteration), SPLIT_M (programs along the rows,
     combined with fp32 atomics), num_warps."""
     name = "col_reduce"
+    template_version = 1  # see base.Family
 
     def space(self, spec: ColSpec) -> list[dict[str, Any]]:
         return grid_space(BLOCK_N=COL_BLOCK_N, BLOCK_M=COL_BLOCK_M, SPLIT_M=COL_SPLIT_M, num_warps=COL_WARPS)
@@ -572,15 +565,15 @@ class ColReduceFamily:
         if split > 1 and split > -(-spec.n_rows // bm):
             return f"SPLIT_M {split} > {-(-spec.n_rows // bm)} row blocks: empty splits"
         # the accumulator, the loaded tile and 64-bit addresses: 128 elements a thread spills on sm_90, 64 does not
-        return _regs_check(bm * bn, warps, COL_ELEMS_PER_THREAD) or _threads_check(warps, bm * bn)
+        return _regs_check(bm * bn, warps, COL_ELEMS_PER_THREAD) or threads_check(warps, bm * bn)
 
     def default(self, spec: ColSpec) -> dict[str, Any]:
         bn = min(128, max(COL_BLOCK_N[0], next_pow2(spec.n_cols)))
         bm = min(128, max(COL_BLOCK_M[0], 4096 // bn), max(COL_BLOCK_M[0], next_pow2(spec.n_rows)))
         col_blocks = -(-spec.n_cols // bn)
         split = 1
-        while split < 32 and col_blocks * split * 2 <= 264 and spec.n_rows // (split * 2) >= 4 * bm:
-            split *= 2  # aim for ~2 waves of programs on 132 SMs when there are few columns
+        while split < 32 and col_blocks * split * 2 <= 2 * H200.sms and spec.n_rows // (split * 2) >= 4 * bm:
+            split *= 2  # aim for ~2 waves of programs when there are few columns
         config = {"BLOCK_N": bn, "BLOCK_M": bm, "SPLIT_M": split, "num_warps": 4 if bm * bn >= 1024 else 1}
         if self.check(spec, config) is None:
             return config
@@ -662,6 +655,7 @@ class ScanSpec:
 class ScanFamily:
     """Config: strategy ("single" | "loop"), BLOCK, ROWS_PER_PROGRAM (single only), num_warps, num_stages (loop)."""
     name = "scan"
+    template_version = 1  # see base.Family
 
     def space(self, spec: ScanSpec) -> list[dict[str, Any]]:
         return RowReduceFamily().space(RowSpec("sum", spec.n_cols, spec.dtype))
@@ -732,4 +726,3 @@ class ScanFamily:
 ROW_REDUCE = RowReduceFamily()
 COL_REDUCE = ColReduceFamily()
 SCAN = ScanFamily()
-FAMILIES = (ROW_REDUCE, COL_REDUCE, SCAN)

@@ -23,6 +23,7 @@ import random
 from typing import Any, Callable, Iterable
 
 from ..profiling.findings import SEVERITIES, Finding, sort_findings
+from .choice import distance
 
 GUIDED_SHARE = 0.5  # share of a parent's moves taken from its findings when it has some
 # findings acted on: an "info" finding is one its tool judges harmless or by design (a Hopper GEMM's low occupancy,
@@ -174,8 +175,6 @@ def _configs(choice) -> dict[str, dict[str, Any]]:
 
 def _ranked(proposer, choice, s: Suggestion, rng: random.Random) -> list[tuple[str, Any]]:
     """Points that follow one suggestion, fewest changed fields first: (label, choice)."""
-    from .recorded import distance
-
     cur_fuse, cur = dict(choice.fuse), _configs(choice)
     scored: list[tuple[int, float, str, Any]] = []
     if s.move in FUSION_MOVES:

@@ -3,65 +3,37 @@
 A point in a problem's space is a `Choice`: for every fusion point (a GEMM whose consumer chain could be its
 epilogue) fuse or split, and for every group one configuration of its family's valid space. The space is the product
 of those choices; it can be enumerated in a fixed order or sampled reproducibly from a seed, and every point renders
-to a complete candidate module whose origin records the choice and the coverage (share of the reference's FLOPs and
-bytes computed in generated kernels; the rest stays torch calls).
+to a complete candidate module whose origin records the choice, the coverage (share of the reference's FLOPs and
+bytes computed in generated kernels; the rest stays torch calls) and the candidate's identity (`identity`: what
+recorded measurements are matched by, whatever the rendered text).
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import random
 from typing import Any, Iterator
 
 from ..core.candidate import Candidate
+from ..kernels import family, template_version
 from ..kernels.base import valid_space
+from ..kernels.identity import Identity, note_rendered, spec_json
 from ..problems.problem import Problem
+from .choice import Choice, canonical_json
 from .graph import Captured, capture
+from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
 from .partition import Group, fusion_points, partition
 from .render import render_module
-
-
-# family name -> (module in workbench.kernels, class); a module with space/check/render/default functions is itself
-# the family when the class is None
-FAMILIES = {"elementwise": ("elementwise", "ElementwiseFamily"), "gemm": ("gemm", None), "attention": ("attention", None),
-            "row": ("reduce", "RowReduceFamily"), "scan": ("reduce", "ScanFamily"), "col": ("reduce", "ColReduceFamily"),
-            "permute": ("memory", "PermuteFamily"), "gather": ("memory", "GatherFamily")}
-
-
-def family(name: str):
-    import importlib
-
-    module, cls = FAMILIES[name]
-    mod = importlib.import_module(f"workbench.kernels.{module}")
-    return mod if cls is None else getattr(mod, cls)()
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    fuse: tuple[tuple[str, bool], ...]  # fusion point -> fused?
-    configs: tuple[tuple[str, str], ...]  # group id -> config as canonical JSON
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"fuse": dict(self.fuse), "configs": {k: json.loads(v) for k, v in self.configs}}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Choice":
-        """The inverse of `to_dict` (events and result rows store choices this way)."""
-        return cls(tuple(sorted(d["fuse"].items())), tuple((g, _canon(c)) for g, c in d["configs"].items()))
-
-
-def _canon(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
 
 
 class OfflineProposer:
     def __init__(self, problem: Problem):
         self.problem = problem
         self.captured: Captured = capture(problem)
-        self.policy = problem.policy
-        self.fusion_points = fusion_points(self.captured, self.policy)
+        self.precision = problem.effective_precision
+        self.fusion_points = fusion_points(self.captured, self.precision)
         self._layouts: dict[tuple, list[Group]] = {}
         self._spaces: dict[Any, list[dict[str, Any]]] = {}
 
@@ -69,8 +41,13 @@ class OfflineProposer:
     def groups(self, fuse: dict[str, bool]) -> list[Group]:
         key = tuple(sorted(fuse.items()))
         if key not in self._layouts:
-            self._layouts[key] = partition(self.captured, self.policy, fuse)
+            self._layouts[key] = partition(self.captured, self.precision, fuse)
         return self._layouts[key]
+
+    def fusion_patterns(self) -> Iterator[dict[str, bool]]:
+        """Every combination of fused/split fusion points, in a fixed order (the first point flips fastest)."""
+        for bits in range(2 ** len(self.fusion_points)):
+            yield {p: bool(bits >> i & 1) for i, p in enumerate(self.fusion_points)}
 
     def group_space(self, group: Group) -> list[dict[str, Any]]:
         if group.spec not in self._spaces:  # specs are frozen dataclasses: equal specs share one space
@@ -78,24 +55,31 @@ class OfflineProposer:
         return self._spaces[group.spec]
 
     def space_size(self) -> int:
-        total = 0
-        for bits in range(2 ** len(self.fusion_points)):
-            fuse = {p: bool(bits >> i & 1) for i, p in enumerate(self.fusion_points)}
-            total += math.prod(max(len(self.group_space(g)), 1) for g in self.groups(fuse))
-        return total
+        return sum(math.prod(max(len(self.group_space(g)), 1) for g in self.groups(fuse))
+                   for fuse in self.fusion_patterns())
 
     def coverage(self, groups: list[Group]) -> dict[str, float]:
         covered = {n.name for g in groups for n in g.nodes}
-        flops, nbytes = self.captured.node_flops, self.captured.node_bytes
-        tf, tb = sum(flops.values()), sum(nbytes.values())
-        return {"flops": sum(v for k, v in flops.items() if k in covered) / tf if tf else 1.0,
-                "bytes": sum(v for k, v in nbytes.items() if k in covered) / tb if tb else 1.0}
+        cap = self.captured
+        tf, tb = cap.total_flops, cap.total_bytes
+        return {"flops": sum(v for k, v in cap.node_flops.items() if k in covered) / tf if tf else 1.0,
+                "bytes": sum(v for k, v in cap.node_bytes.items() if k in covered) / tb if tb else 1.0}
+
+    def identity(self, choice: Choice) -> Identity:
+        """What the candidate of this choice is, whatever its text: per group, family, template version and spec,
+        with the choice's configurations."""
+        kernels = tuple((g.gid, g.family, template_version(g.family), spec_json(g.spec))
+                        for g in self.groups(dict(choice.fuse)))
+        return Identity(choice.canonical, kernels)
 
     # ---- points of the space ----
-    def default_choice(self) -> Choice:
-        fuse = {p: True for p in self.fusion_points}
+    def layout_defaults(self, fuse: dict[str, bool]) -> Choice:
+        """The point with this fusion pattern and every group at its family's default configuration."""
         return Choice(tuple(sorted(fuse.items())),
-                      tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(fuse)))
+                      tuple((g.gid, canonical_json(family(g.family).default(g.spec))) for g in self.groups(fuse)))
+
+    def default_choice(self) -> Choice:
+        return self.layout_defaults({p: True for p in self.fusion_points})
 
     def sample(self, n: int, seed: int = 0) -> list[Choice]:
         """n distinct points (fewer if the space is smaller), the default first, reproducible from the seed."""
@@ -111,7 +95,7 @@ class OfflineProposer:
             configs = []
             for g in self.groups(fuse):
                 space = self.group_space(g)
-                configs.append((g.gid, _canon(rng.choice(space)) if space else "{}"))
+                configs.append((g.gid, canonical_json(rng.choice(space)) if space else "{}"))
             c = Choice(tuple(sorted(fuse.items())), tuple(configs))
             if c not in seen:
                 seen.add(c)
@@ -120,13 +104,10 @@ class OfflineProposer:
 
     def enumerate(self, limit: int | None = None) -> Iterator[Choice]:
         """Every point in a fixed order (fusion patterns, then configs, last group fastest)."""
-        import itertools
-
         count = 0
-        for bits in range(2 ** len(self.fusion_points)):
-            fuse = {p: bool(bits >> i & 1) for i, p in enumerate(self.fusion_points)}
+        for fuse in self.fusion_patterns():
             groups = self.groups(fuse)
-            spaces = [[_canon(c) for c in self.group_space(g)] or ["{}"] for g in groups]
+            spaces = [[canonical_json(c) for c in self.group_space(g)] or ["{}"] for g in groups]
             for combo in itertools.product(*spaces):
                 yield Choice(tuple(sorted(fuse.items())), tuple(zip((g.gid for g in groups), combo)))
                 count += 1
@@ -142,8 +123,6 @@ class OfflineProposer:
         plain = self.plain_moves(choice, rng, k, memory)
         if not findings:
             return plain
-        from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
-
         share = GUIDED_SHARE if guided_share is None else guided_share
         guided = guided_moves(self, choice, findings, rng, k, memory, min_severity or MIN_SEVERITY)
         return interleave(guided, plain, share, k)
@@ -157,7 +136,7 @@ class OfflineProposer:
             return
         configs = dict(choice.configs)
         for cfg in self.group_space(g):
-            c = _canon(cfg)
+            c = canonical_json(cfg)
             if c != configs.get(gid):
                 yield Choice(choice.fuse, tuple((x.gid, c if x.gid == gid else configs[x.gid]) for x in groups))
 
@@ -165,9 +144,7 @@ class OfflineProposer:
         """The points one fusion flip away (the new layout starts from its families' defaults, as a fuse move does)."""
         fuse = dict(choice.fuse)
         for p in self.fusion_points:
-            f2 = {**fuse, p: not fuse.get(p, True)}
-            yield Choice(tuple(sorted(f2.items())),
-                         tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(f2)))
+            yield self.layout_defaults({**fuse, p: not fuse.get(p, True)})
 
     def plain_moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
         """Up to k labelled random moves from a point: "config:<group>" changes one group's configuration,
@@ -187,23 +164,18 @@ class OfflineProposer:
             kind = rng.choices(kinds, weights=[weights.get(x, 0.5) for x in kinds])[0]
             if kind == "fuse":
                 p = rng.choice(self.fusion_points)
-                f2 = {**fuse, p: not fuse.get(p, True)}
-                cfgs = tuple((g.gid, _canon(family(g.family).default(g.spec))) for g in self.groups(f2))
-                move = (f"fuse:{p}", Choice(tuple(sorted(f2.items())), cfgs))
+                move = (f"fuse:{p}", self.layout_defaults({**fuse, p: not fuse.get(p, True)}))
             else:
                 g = rng.choice(groups)
                 space = self.group_space(g)
                 if len(space) < 2:
                     continue
                 new = dict(configs)
-                new[g.gid] = _canon(rng.choice(space))
+                new[g.gid] = canonical_json(rng.choice(space))
                 move = (f"config:{g.gid}", Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups)))
             if move[1] != choice and all(move[1] != m[1] for m in out):
                 out.append(move)
         return out
-
-    def neighbours(self, choice: Choice, rng: random.Random, k: int = 8) -> list[Choice]:
-        return [c for _, c in self.moves(choice, rng, k)]
 
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:
         """Each group's configuration from one parent or the other (parents must share the fusion pattern)."""
@@ -232,11 +204,15 @@ class OfflineProposer:
         comment = (f"Generated by workbench's offline proposer for {self.problem.name}.\n\n"
                    f"{json.dumps(summary, indent=1, sort_keys=True)}\n")
         source = render_module(self.captured, groups, codes, comment)
-        digest = hashlib.sha256(_canon(choice.to_dict()).encode()).hexdigest()[:12]
-        return Candidate(source, origin=(("kind", "offline"), ("choice", digest),
+        canonical = choice.canonical
+        identity = self.identity(choice)
+        cand = Candidate(source, origin=(("kind", "offline"),
+                                         ("choice", hashlib.sha256(canonical.encode()).hexdigest()[:12]),
                                          ("coverage_flops", round(cov["flops"], 4)),
                                          ("coverage_bytes", round(cov["bytes"], 4)),
-                                         ("config", _canon(choice.to_dict()))))
+                                         ("config", canonical), ("identity", identity.key)))
+        note_rendered(self.problem.key, cand.hash, identity)
+        return cand
 
     def propose(self, n: int, seed: int = 0) -> list[Candidate]:
         return [self.render(c) for c in self.sample(n, seed)]

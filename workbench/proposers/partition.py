@@ -1,15 +1,19 @@
-"""Partition a captured graph into fusible groups, each lowered to one kernel family.
+"""Partition a captured graph into fusible groups, each lowered to one kernel family (`workbench.kernels.FAMILIES`).
 
-Groups:
+Groups, by family:
+- `attention`: softmax(mask?(scale * Q @ K^T)) @ V written out with matmuls, as one flash-attention kernel;
+- `row`: a reduction or normalisation over the last dimension (softmax, log-softmax, layer norm, sum, mean, max,
+  argmax, var, var_mean, logsumexp), and two patterns recognised as a whole: rmsnorm written out, and
+  log-softmax + nll_loss (cross-entropy);
+- `scan`: cumsum over the last dimension; `col`: sum / mean / max over dim 0 of a 2-D tensor;
 - `gemm`: mm / addmm / bmm, optionally with the elementwise chain that consumes its output fused as an epilogue
   (a fusion choice: fused or split);
-- `row`: a reduction or normalisation over the last dimension (softmax, log-softmax, layer norm, sum, mean, max,
-  argmax, var, logsumexp) and `scan` (cumsum);
+- `permute`: a permute/transpose made contiguous; `gather`: an embedding lookup;
 - `elementwise`: a maximal chain (a DAG) of pointwise nodes producing one output, inputs broadcast into it;
 - everything else (views, convolutions, ops outside the tables) stays a torch call.
 
-`partition(captured, fuse)` is cheap and deterministic; `fuse` maps a GEMM's node name to whether its epilogue is
-fused, so the proposer can offer both as moves.
+`partition(captured, precision, fuse)` is cheap and deterministic; `fuse` maps a GEMM's node name to whether its
+epilogue is fused, so the proposer can offer both as moves.
 """
 from __future__ import annotations
 
@@ -20,8 +24,12 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from ..kernels.base import Epilogue, EpilogueInput
+from ..kernels import attention as attn
+from ..kernels import reduce as red
+from ..kernels.base import Epilogue, EpilogueInput, valid_space
 from ..kernels.elementwise import ElementwiseInput, ElementwiseSpec
+from ..kernels.gemm import GemmSpec
+from ..kernels.memory import GatherSpec, PermuteSpec
 from .graph import Captured
 from .lowering import lower, lowerable, schema_args
 
@@ -38,18 +46,14 @@ DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "f
 
 @dataclasses.dataclass
 class Group:
-    gid: str
-    family: str  # "gemm", "row", "scan", "elementwise"
+    family: str  # a key of workbench.kernels.FAMILIES
     out: Node  # the node whose value the group produces
     nodes: list[Node]  # every node computed inside the group's kernel(s)
     args: list[str]  # launcher arguments: python expressions over value names
     spec: Any
     fused_epilogue: bool = False
     post: str = ""  # appended to the launcher call (e.g. ".unsqueeze(-1)" for a keepdim reduction)
-
-    @property
-    def key(self) -> str:
-        return self.gid
+    gid: str = ""  # "g<i>": `run` numbers the groups in graph order of their outputs
 
 
 def val(n: Any) -> Any:
@@ -63,12 +67,9 @@ def _last_dim(dims: Any, rank: int) -> bool:
 
 
 class Partitioner:
-    def __init__(self, captured: Captured, policy: str):
-        self.cap = captured
-        self.policy = policy
+    def __init__(self, captured: Captured, precision: str):
+        self.precision = precision  # the problem's: "tf32" lets fp32 GEMMs use plain tf32
         self.nodes = [n for n in captured.gm.graph.nodes]
-        self.groups: list[Group] = []
-        self.owner: dict[Node, Group] = {}
 
     # ---- elementwise groups ----
     def elementwise_groups(self) -> dict[Node, list[Node]]:
@@ -137,8 +138,8 @@ class Partitioner:
         # whole patterns first (rmsnorm written out, cross-entropy), so their pieces are not claimed one by one
         for node in self.nodes:
             if node.target in ROW_OPS:
-                g = (self.attention_group("", node, names) or self.rmsnorm_group("", node, names)
-                     or self.cross_entropy_group("", node, names))
+                g = (self.attention_group(node, names) or self.rmsnorm_group(node, names)
+                     or self.cross_entropy_group(node, names))
                 if g is not None and not any(n in taken for n in g.nodes):
                     found.append(g)
                     taken.update(g.nodes)
@@ -147,15 +148,15 @@ class Partitioner:
                 continue
             group = None
             if node.target in GEMM_OPS:
-                group = self.gemm_group("", node, names, ew, ew_of, fuse.get(node.name, True))
+                group = self.gemm_group(node, names, ew, ew_of, fuse.get(node.name, True))
             elif node.target == aten.embedding.default:
-                group = self.gather_group("", node, names)
+                group = self.gather_group(node, names)
             elif node.target == aten.clone.default and self.permute_source(node) is not None:
-                group = self.permute_group("", node, names)
+                group = self.permute_group(node, names)
             elif node.target in ROW_OPS:
-                group = self.col_group("", node, names) or self.row_group("", node, names)
+                group = self.col_group(node, names) or self.row_group(node, names)
             elif node in ew and not any(m in taken for m in ew[node]):
-                group = self.ew_group("", node, ew[node], names)
+                group = self.ew_group(node, ew[node], names)
             if group is not None and not any(n in taken for n in group.nodes):
                 found.append(group)
                 taken.update(group.nodes)
@@ -163,10 +164,9 @@ class Partitioner:
         found.sort(key=lambda g: position[g.out])
         for i, g in enumerate(found):
             g.gid = f"g{i}"
-        self.groups = found
         return found
 
-    def ew_group(self, gid: str, root: Node, members: list[Node], names) -> Group | None:
+    def ew_group(self, root: Node, members: list[Node], names) -> Group | None:
         out_shape = tuple(val(root).shape)
         expr, inputs = self.elementwise_spec(root, members, names)
         kinds = [self.input_kind(i, out_shape) for i in inputs]
@@ -176,11 +176,9 @@ class Partitioner:
                                            for i, k in zip(inputs, kinds)),
                                DTYPE[val(root).dtype], val(root).numel(), len(out_shape))
         args = [names[i] for i in inputs] + [repr(out_shape)]
-        return Group(gid, "elementwise", root, members, args, spec)
+        return Group("elementwise", root, members, args, spec)
 
-    def gemm_group(self, gid, node, names, ew, ew_of, fuse: bool) -> Group | None:
-        from ..kernels.gemm import GemmSpec
-
+    def gemm_group(self, node, names, ew, ew_of, fuse: bool) -> Group | None:
         b = schema_args(node)
         if node.target == aten.addmm.default:
             a_, b_, bias = b["mat1"], b["mat2"], b["self"]
@@ -193,7 +191,7 @@ class Partitioner:
         batched = node.target == aten.bmm.default
         # strict fp32: three tf32 products per multiply (about 2e-7 relative error, well inside the 1e-4 bound) run on
         # tensor cores; "ieee" (FMA units) is several times slower
-        precision = "tf32x3" if (va.dtype == torch.float32 and self.policy != "tf32") else "tf32"
+        precision = "tf32x3" if (va.dtype == torch.float32 and self.precision != "tf32") else "tf32"
         epi_inputs: list[EpilogueInput] = []
         args = [names[a_], names[b_]]
         expr = "acc"
@@ -236,7 +234,7 @@ class Partitioner:
         epilogue = None if expr == "acc" else Epilogue(expr, tuple(epi_inputs))
         spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue,
                         single_output=val(result).numel() == 1)
-        return Group(gid, "gemm", result, nodes, args, spec, fused_epilogue=fused)
+        return Group("gemm", result, nodes, args, spec, fused_epilogue=fused)
 
     # ---- memory movement ----
     def permute_source(self, node: Node):
@@ -248,27 +246,21 @@ class Partitioner:
             return None
         return found
 
-    def permute_group(self, gid, node, names) -> Group | None:
-        from ..kernels.memory import PermuteSpec
-
+    def permute_group(self, node, names) -> Group | None:
         src, perm = self.permute_source(node)
         spec = PermuteSpec(tuple(val(src).shape), perm, DTYPE[val(src).dtype])
-        return Group(gid, "permute", node, [node], [names[src]], spec)
+        return Group("permute", node, [node], [names[src]], spec)
 
-    def gather_group(self, gid, node, names) -> Group | None:
-        from ..kernels.memory import GatherSpec
-
+    def gather_group(self, node, names) -> Group | None:
         b = schema_args(node)
         w, idx = b["weight"], b["indices"]
         if val(w).dim() != 2 or val(w).dtype not in DTYPE or val(idx).dtype not in (torch.int64, torch.int32):
             return None
         spec = GatherSpec(val(w).shape[0], val(w).shape[1], DTYPE[val(w).dtype], str(val(idx).dtype)[6:])
-        return Group(gid, "gather", node, [node], [names[idx], names[w]], spec)
+        return Group("gather", node, [node], [names[idx], names[w]], spec)
 
     # ---- reductions recognised as a whole ----
-    def col_group(self, gid, node, names) -> Group | None:
-        from ..kernels.reduce import ColSpec
-
+    def col_group(self, node, names) -> Group | None:
         op = {aten.sum.dim_IntList: "sum", aten.mean.dim: "mean", aten.amax.default: "max"}.get(node.target)
         b = schema_args(node)
         x = b.get("self")
@@ -277,12 +269,10 @@ class Partitioner:
                 b.get("dtype") not in (None, val(x).dtype):
             return None
         n_rows, n_cols = val(x).shape
-        return Group(gid, "col", node, [node], [names[x]], ColSpec(op, n_rows, n_cols, DTYPE[val(x).dtype]))
+        return Group("col", node, [node], [names[x]], red.ColSpec(op, n_rows, n_cols, DTYPE[val(x).dtype]))
 
-    def cross_entropy_group(self, gid, node, names) -> Group | None:
+    def cross_entropy_group(self, node, names) -> Group | None:
         """log_softmax over classes followed by nll_loss (what F.cross_entropy traces to) as one row kernel."""
-        from ..kernels.reduce import RowSpec
-
         if node.target != aten._log_softmax.default or len(node.users) != 1:
             return None
         nll = next(iter(node.users))
@@ -296,16 +286,13 @@ class Partitioner:
         outs = [u for u in nll.users if u.users]
         if len(outs) != 1 or outs[0].target is not operator.getitem or outs[0].args[1] != 0:
             return None
-        spec = RowSpec("cross_entropy", val(x).shape[1], DTYPE[val(x).dtype],
+        spec = red.RowSpec("cross_entropy", val(x).shape[1], DTYPE[val(x).dtype],
                        reduction="mean" if b["reduction"] == 1 else "none", ignore_index=int(b["ignore_index"]))
-        return Group(gid, "row", outs[0], [node, nll, *nll.users], [names[x], names[b["target"]]], spec)
+        return Group("row", outs[0], [node, nll, *nll.users], [names[x], names[b["target"]]], spec)
 
-    def attention_group(self, gid, node, names) -> Group | None:
+    def attention_group(self, node, names) -> Group | None:
         """softmax(mask?(scale * Q @ K^T)) @ V written out with 4-D matmuls (as make_fx traces them: expand, view,
         bmm, view) as one flash-attention kernel; the mask may be a causal triu(ones, 1)."""
-        from ..kernels import attention as attn
-        from ..kernels.base import valid_space
-
         if node.target != aten._softmax.default or not _last_dim(node.args[1], val(node).dim()) or node.args[2]:
             return None
 
@@ -381,12 +368,10 @@ class Partitioner:
         spec = attn.AttentionSpec(tensors[0].shape[3], DTYPE[tensors[0].dtype], causal, scale)
         if not valid_space(attn, spec):
             return None  # no configuration fits (e.g. fp32 with a wide head): the matmuls and softmax stay apart
-        return Group(gid, "attention", final, chain, [names[q4], names[k4], names[v4]], spec)
+        return Group("attention", final, chain, [names[q4], names[k4], names[v4]], spec)
 
-    def rmsnorm_group(self, gid, node, names) -> Group | None:
+    def rmsnorm_group(self, node, names) -> Group | None:
         """x * rsqrt(mean(x*x, -1, keepdim) + eps) [* weight], written out, as one row kernel."""
-        from ..kernels.reduce import RowSpec
-
         if node.target != aten.mean.dim or not node.args[2:3] or not node.args[2]:
             return None
         sq = node.args[0]
@@ -425,12 +410,10 @@ class Partitioner:
                 args.append(names[other[0]])
         if any(u is not out and any(v not in chain for v in u.users) for u in chain):
             return None  # an intermediate escapes: not a pure rmsnorm
-        spec = RowSpec("rmsnorm", val(x).shape[-1], DTYPE[val(x).dtype], eps=eps, has_weight=has_w)
-        return Group(gid, "row", out, chain, args, spec)
+        spec = red.RowSpec("rmsnorm", val(x).shape[-1], DTYPE[val(x).dtype], eps=eps, has_weight=has_w)
+        return Group("row", out, chain, args, spec)
 
-    def row_group(self, gid, node, names) -> Group | None:
-        from ..kernels import reduce as red
-
+    def row_group(self, node, names) -> Group | None:
         op = ROW_OPS[node.target]
         b = schema_args(node)
         x = b.get("self", b.get("input"))
@@ -451,7 +434,7 @@ class Partitioner:
             users = [u for u in node.users if u.users]  # mean and rstd outputs, when unused, are dead getitems
             if len(users) != 1 or users[0].target is not operator.getitem or users[0].args[1] != 0:
                 return None
-            return Group(gid, "row", users[0], [node, *node.users], args, spec)
+            return Group("row", users[0], [node, *node.users], args, spec)
         if op in ("softmax", "log_softmax"):
             if not _last_dim(b["dim"], rank) or b.get("half_to_float"):
                 return None
@@ -459,7 +442,7 @@ class Partitioner:
         elif op == "cumsum":
             if not _last_dim(b["dim"], rank) or b.get("dtype") not in (None, vx.dtype):
                 return None
-            return Group(gid, "scan", node, [node], args, red.ScanSpec("cumsum", n_cols, DTYPE[vx.dtype]))
+            return Group("scan", node, [node], args, red.ScanSpec("cumsum", n_cols, DTYPE[vx.dtype]))
         else:
             dims = b.get("dim")
             if not _last_dim(dims, rank):
@@ -476,12 +459,12 @@ class Partitioner:
                 keep = op == "var_mean" and bool(b.get("keepdim"))
                 spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype], correction=int(corr), keepdim=keep)
                 if keep:
-                    return Group(gid, "row", node, [node], args, spec)
+                    return Group("row", node, [node], args, spec)
             else:
                 spec = red.RowSpec(op, n_cols, DTYPE[vx.dtype])
             if b.get("keepdim"):
-                return Group(gid, "row", node, [node], args, spec, post=".unsqueeze(-1)")
-        return Group(gid, "row", node, [node], args, spec)
+                return Group("row", node, [node], args, spec, post=".unsqueeze(-1)")
+        return Group("row", node, [node], args, spec)
 
 
 def _permute_of(node: Node) -> tuple[Node, tuple[int, ...]] | None:
@@ -504,11 +487,11 @@ def _permute_of(node: Node) -> tuple[Node, tuple[int, ...]] | None:
     return None
 
 
-def partition(captured: Captured, policy: str, fuse: dict[str, bool] | None = None) -> list[Group]:
-    return Partitioner(captured, policy).run(fuse or {})
+def partition(captured: Captured, precision: str, fuse: dict[str, bool] | None = None) -> list[Group]:
+    return Partitioner(captured, precision).run(fuse or {})
 
 
-def fusion_points(captured: Captured, policy: str) -> list[str]:
+def fusion_points(captured: Captured, precision: str) -> list[str]:
     """GEMM node names whose epilogue can be fused or split (the proposer's fusion moves)."""
-    fused = [g for g in partition(captured, policy, {}) if g.family == "gemm" and g.fused_epilogue]
+    fused = [g for g in partition(captured, precision, {}) if g.family == "gemm" and g.fused_epilogue]
     return [g.nodes[0].name for g in fused]

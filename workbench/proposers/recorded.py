@@ -8,62 +8,50 @@ points (fewest differing fusion flags and configuration fields) are offered as "
 problem whose whole space was measured the walk is exactly the offline proposer's. The default point is the
 proposer's default when recorded, else the recorded point nearest to it.
 
-Points are recorded choices (canonical JSON from the dataset's `choice_json`) whose source still renders to the
-recorded hash (`regenerates`); the export checks that, and a test keeps templates and data in step.
+Points are recorded choices (the dataset's `choice_json`) whose measured kernels the current templates still render:
+rows marked `regenerates` by the export, whose identity still holds (`workbench.kernels.identity`: a family whose
+template version was bumped since makes its rows another candidate). A test keeps templates and data in step.
 """
 from __future__ import annotations
 
-import functools
 import json
 import random
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
 
 from ..problems import Problem
-from ..store.dataset import load
-from .offline import Choice, OfflineProposer
-
-
-def _canon(choice: Choice) -> str:
-    return json.dumps(choice.to_dict(), sort_keys=True)
-
-
-@functools.lru_cache(maxsize=65536)  # every move measures distances to all recorded points: compute each once
-def _fields(choice: Choice) -> frozenset[tuple[str, str, str]]:
-    d = choice.to_dict()
-    out = {("fuse", k, json.dumps(v)) for k, v in d["fuse"].items()}
-    for g, cfg in d["configs"].items():
-        out |= {(g, k, json.dumps(v, sort_keys=True)) for k, v in cfg.items()}
-    return frozenset(out)
-
-
-def distance(a: Choice, b: Choice) -> int:
-    """Fusion flags and configuration fields that differ (a field missing on one side counts once)."""
-    fa, fb = _fields(a), _fields(b)
-    keys_a, keys_b = {f[:2] for f in fa}, {f[:2] for f in fb}
-    return len(keys_a ^ keys_b) + sum(1 for f in fa if f[:2] in keys_b and f not in fb)
-
+from ..store.dataset import answering_rows, load, measured_identities
+from .choice import Choice, distance
+from .offline import OfflineProposer
 
 class RecordedProposer(OfflineProposer):
-    def __init__(self, problem, recorded: Iterable[dict[str, Any] | str]):
+    def __init__(self, problem, recorded: Iterable[dict[str, Any] | str],
+                 identities: Iterable[str | None] | None = None):
+        """`recorded`: the measured choices; `identities`: the identity key each was measured as (None, or left out:
+        measured before identities were recorded). A choice whose kernels changed since is left out."""
         super().__init__(problem)
+        recorded = list(recorded)
+        identities = [None] * len(recorded) if identities is None else list(identities)
         self.recorded: dict[str, Choice] = {}
-        for item in recorded:
+        for item, measured in zip(recorded, identities, strict=True):
             c = Choice.from_dict(json.loads(item) if isinstance(item, str) else item)
-            self.recorded[_canon(c)] = c
+            if self.identity(c).measured_by(measured):
+                self.recorded[c.canonical] = c
         if not self.recorded:
             raise ValueError(f"no recorded points for {problem.name}: the replay dataset holds no measurement of it "
-                             "(collect some with experiments/collect_dataset.py on a GPU)")
+                             "at the current template versions (collect some with experiments/collect_dataset.py on "
+                             "a GPU)")
 
     @classmethod
     def from_dataset(cls, problem, path=None) -> "RecordedProposer":
         df = load("candidates", path)
-        rows = df[(df["problem_key"] == problem.key) & df["regenerates"]]
-        return cls(problem, rows["choice_json"].tolist())
+        rows = answering_rows(df[df["problem_key"] == problem.key])
+        return cls(problem, rows["choice_json"].tolist(), measured_identities(rows))
 
     def is_recorded(self, choice: Choice) -> bool:
-        return _canon(choice) in self.recorded
+        return choice.canonical in self.recorded
 
     def space_size(self) -> int:
         return len(self.recorded)
@@ -72,16 +60,16 @@ class RecordedProposer(OfflineProposer):
         d = super().default_choice()
         if self.is_recorded(d):
             return d
-        return min(self.recorded.values(), key=lambda c: (distance(c, d), _canon(c)))
+        return min(self.recorded.values(), key=lambda c: (distance(c, d), c.canonical))
 
     def sample(self, n: int, seed: int = 0) -> list[Choice]:
         first = self.default_choice()
-        rest = sorted((c for c in self.recorded.values() if c != first), key=_canon)
+        rest = sorted((c for c in self.recorded.values() if c != first), key=lambda c: c.canonical)
         random.Random(seed).shuffle(rest)
         return [first] + rest[: max(n - 1, 0)]
 
     def enumerate(self, limit: int | None = None):
-        for i, c in enumerate(sorted(self.recorded.values(), key=_canon)):
+        for i, c in enumerate(sorted(self.recorded.values(), key=lambda c: c.canonical)):
             if limit is not None and i >= limit:
                 return
             yield c
@@ -89,7 +77,7 @@ class RecordedProposer(OfflineProposer):
     def plain_moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
         out = [(m, c) for m, c in super().plain_moves(choice, rng, k=k, memory=memory) if self.is_recorded(c)]
         if len(out) < k:
-            taken = {_canon(c) for _, c in out} | {_canon(choice)}
+            taken = {c.canonical for _, c in out} | {choice.canonical}
             near = sorted((distance(c, choice), rng.random(), key) for key, c in self.recorded.items()
                           if key not in taken)
             out += [("jump", self.recorded[key]) for _, _, key in near[: k - len(out)]]
@@ -117,19 +105,22 @@ class RecordedProposer(OfflineProposer):
 
 class DatasetSources:
     """Candidate sources and problems of dataset rows, rebuilt from the recorded choices (built-in problems at the
-    sizes the dataset was measured at): a row whose choice no longer renders to its recorded hash is refused."""
+    sizes the dataset was measured at). A row is rebuilt when its choice still renders the kernels that were measured
+    (its identity holds); a rebuilt text that differs from the measured one is drift (a cosmetic template edit),
+    listed in `drift` and warned about once."""
 
     def __init__(self, candidates):
         need = {"problem", "problem_key", "candidate", "choice_json"}
         if need - set(candidates.columns):
             raise ValueError(f"candidate rows lack {sorted(need - set(candidates.columns))} "
                              "(see workbench/proposers/recorded.py)")
-        ok = candidates["regenerates"].astype(bool) if "regenerates" in candidates.columns else True
-        rows = candidates[ok]
-        self._choice = {(k, h): cj for k, h, cj in zip(rows["problem_key"], rows["candidate"], rows["choice_json"])}
+        rows = answering_rows(candidates) if "regenerates" in candidates.columns else candidates
+        self._choice = {(k, h): (cj, ident) for k, h, cj, ident in zip(rows["problem_key"], rows["candidate"],
+                                                                       rows["choice_json"], measured_identities(rows))}
         self._name = dict(zip(candidates["problem_key"], candidates["problem"]))
         self._problems: dict[str, Any] = {}
         self._proposers: dict[str, Any] = {}
+        self.drift: dict[tuple[str, str], str] = {}  # (problem key, recorded hash) -> the hash it renders to now
 
     def available(self, table):
         """Per row of `table`: is its candidate's source regenerable?"""
@@ -146,14 +137,22 @@ class DatasetSources:
         return self._problems[problem_key]
 
     def candidate(self, problem_key: str, candidate_hash: str):
-        cj = self._choice.get((problem_key, candidate_hash))
-        if cj is None:
+        found = self._choice.get((problem_key, candidate_hash))
+        if found is None:
             raise ValueError(f"no regenerable source for candidate {candidate_hash} of {problem_key} (its recorded "
-                             "choice no longer renders to that hash, or it is not in the dataset)")
+                             "choice no longer renders the measured kernels, or it is not in the dataset)")
         if problem_key not in self._proposers:
             self._proposers[problem_key] = OfflineProposer(self.problem(problem_key))
-        cand = self._proposers[problem_key].render(Choice.from_dict(json.loads(cj)))
+        proposer = self._proposers[problem_key]
+        choice = Choice.from_dict(json.loads(found[0]))
+        if not proposer.identity(choice).measured_by(found[1]):
+            raise ValueError(f"candidate {candidate_hash} of {problem_key}: a kernel template it uses changed version "
+                             "since it was measured (another candidate now)")
+        cand = proposer.render(choice)
         if cand.hash != candidate_hash:
-            raise ValueError(f"candidate {candidate_hash} of {problem_key} renders to {cand.hash} now: the kernel "
-                             "templates changed since it was measured")
+            if not self.drift:
+                warnings.warn(f"candidate {candidate_hash} of {problem_key} renders to {cand.hash} now (same kernels, "
+                              "different text: a template was edited since the measurement; DatasetSources.drift "
+                              "lists every such row)", stacklevel=2)
+            self.drift[(problem_key, candidate_hash)] = cand.hash
         return cand

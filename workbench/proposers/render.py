@@ -54,7 +54,7 @@ def py_literal(v: Any) -> str:
     raise RenderError(f"cannot render argument {v!r} of type {type(v).__name__}")
 
 
-def init_source(problem: Problem) -> str:
+def init_source(problem: Problem) -> tuple[str, str]:
     """The reference's __init__ as ModelNew's, plus the module-level definitions it reads."""
     tree = ast.parse(problem.source)
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
@@ -115,7 +115,8 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
     for i, ph in enumerate(inputs):
         lines.append(f"        {ph.name} = args[{i}]")
     first_tensor = next((ph.name for ph, k in zip(inputs, captured.input_kinds) if k == "tensor"), None)
-    lines.append(f"        _device = {first_tensor}.device" if first_tensor else "        _device = torch.device('cpu')")
+    lines.append(f"        _device = {first_tensor}.device" if first_tensor
+                 else "        _device = torch.device('cpu')")
     for node in captured.gm.graph.nodes:
         if node.op in ("placeholder",):
             continue

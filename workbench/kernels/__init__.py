@@ -1,0 +1,25 @@
+"""Parametric Triton kernel families: readable templates with holes, each with a configuration space.
+
+`FAMILIES` names every family the offline proposer lowers groups to (the name a group carries, e.g. "row" for the
+row-reduction family); `base.Family` is the contract each one keeps, `identity` what makes two rendered candidates
+the same candidate.
+"""
+from __future__ import annotations
+
+from . import attention, elementwise, gemm, memory, reduce
+from .base import Family
+
+# group family name -> the family (a module with space/check/render/default is itself a family)
+FAMILIES: dict[str, Family] = {
+    "elementwise": elementwise.ELEMENTWISE, "gemm": gemm, "attention": attention, "row": reduce.ROW_REDUCE,
+    "scan": reduce.SCAN, "col": reduce.COL_REDUCE, "permute": memory.PERMUTE, "gather": memory.GATHER,
+}
+
+
+def family(name: str) -> Family:
+    return FAMILIES[name]
+
+
+def template_version(name: str) -> int:
+    """The version of a family's templates (see `base.Family.template_version`)."""
+    return FAMILIES[name].template_version
