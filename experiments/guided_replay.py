@@ -6,11 +6,11 @@
 Every search walks the measured part of a problem's space (`RecordedProposer`) on the replay device, so every GPU
 answer is a real H200 measurement and every GPU-second charged is one that was spent there. Each (problem, seed,
 strategy) runs three times with the same seed and budget: unguided (the proposer's plain moves), guided
-(`findings="static"`: after each node is measured the expert tools read its recorded compile record and the roofline
-verdict from its recorded time, and about `--share` of its children follow its warning and critical findings), and
-guided_all (the same, following "info" findings too: an ablation of the severity threshold). The dataset holds no
-Nsight Compute counters, so the findings are the static and roofline ones only; reading them costs no GPU time, so
-the budgets are equal.
+(`FindingsConfig("static")`: after each node is measured the expert tools read its recorded compile record and the
+roofline verdict from its recorded time, and about `--share` of its children follow its warning and critical
+findings), and guided_all (the same, following "info" findings too: an ablation of the severity threshold). The
+dataset holds no Nsight Compute counters, so the findings are the static and roofline ones only; reading them costs
+no GPU time, so the budgets are equal.
 
 Reported: geo-mean of best / pool best, the share of searches reaching the pool best, guided / unguided final best per
 pair, how many GPU measurements the guided search needed to reach the unguided search's final best, which tools
@@ -41,9 +41,11 @@ ARMS = {"plain": (None, None), "guided": ("static", "warning"), "guided_all": ("
 
 def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, arm: str, share: float) -> dict:
     # the same settings as experiments/search_replay.py, so the unguided rows match its strategy comparison
-    findings, severity = ARMS[arm]
-    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, findings=findings, guided_share=share,
-                       guided_min_severity=severity)
+    from workbench.search.config import FindingsConfig
+
+    mode, severity = ARMS[arm]
+    findings = FindingsConfig(mode, guided_share=share, guided_min_severity=severity) if mode is not None else None
+    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, findings=findings)
     rep = s.report()
     nodes = list(s.tree.nodes.values())
     fired = collections.Counter(f["tool"] for n in nodes for f in n.findings or [])
@@ -174,7 +176,8 @@ def report(s: dict) -> str:
              "finding to act on gets exactly the unguided moves, so pairs on such paths tie.", ""]
     head = ("| arm | problems | pairs | unguided best/pool best (geo) | guided | unguided reaching pool best | guided "
             "| guided/unguided final best (geo) | wins/ties/losses | sign test p | guided reached unguided final best "
-            "| median share of unguided measurements to get there (unguided itself) | guided moves taken (searches with one) |")
+            "| median share of unguided measurements to get there (unguided itself) "
+            "| guided moves taken (searches with one) |")
     for strat, res in s["strategies"].items():
         lines += [f"## {strat}", "", head, "|" + "---|" * 13]
         for arm in ARM_TEXT:
@@ -194,8 +197,8 @@ def report(s: dict) -> str:
                     f"({r['searches_with_a_guided_move']}) |")
         lines += ["", "Per problem: geo-mean best / pool best over seeds; guided moves taken over all seeds; tools "
                       "that fired in the guided searches (measured nodes they fired on).", "",
-                  "| problem | unguided | guided | guided_all | guided moves (guided / guided_all) | nodes with findings "
-                  "| tools fired (nodes) |", "|---|---|---|---|---|---|---|"]
+                  "| problem | unguided | guided | guided_all | guided moves (guided / guided_all) "
+                  "| nodes with findings | tools fired (nodes) |", "|---|---|---|---|---|---|---|"]
         for p, v in res["per_problem"].items():
             fired = ", ".join(f"{k} {n}" for k, n in sorted(v["fired_in_guided_searches"].items())) or "none"
             lines.append(f"| {p} | {_f(v['plain_geo_best_over_pool'])} | {_f(v['guided_geo_best_over_pool'])} | "

@@ -5,10 +5,11 @@ surrogate never saw, equal GPU budgets, side by side on two GPUs of one machine 
                                       [--gpus 2] [--out results/search/h200]
 
 The surrogate must not have seen PROBLEM: with `--train` (and no model at PATH yet) it is trained here on the shipped
-dataset without PROBLEM's rows and saved to PATH; a model trained on PROBLEM is refused. Each search uses the offline proposer's whole space and the local
-CUDA device; the screened one compiles its over-generated proposals on CPU workers first (the surrogate reads their
-compile facts), then the selective policy picks what the GPU measures. Writes <out>/<problem>-<label>.json with the
-search report and its trajectory (GPU-seconds, GPU measurements, best so far).
+dataset without PROBLEM's rows and saved to PATH; a model trained on PROBLEM is refused. Each search uses the offline
+proposer's whole space and the local CUDA device; the screened one compiles its over-generated proposals on CPU
+workers first (the surrogate reads their compile facts), then the selective policy picks what the GPU measures.
+Writes <out>/<problem>-<label>.json with the search report and its trajectory (GPU-seconds, GPU measurements, best so
+far).
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def one(label: str, problem_name: str, gpu: int, budget: float, seed: int, model
         screen = SelectivePolicy(tau=surrogate.tau(), seed=seed)
     pool = [LocalDevice("cpu") for _ in range(compile_workers)] if surrogate is not None else None
     try:
-        r = run_search(problem, device, OfflineProposer(problem), "greedy", seed, budget, surrogate, screen, pool, wall_s)
+        r = run_search(problem, device, OfflineProposer(problem), "greedy", seed, budget, surrogate, screen, pool,
+                       wall_s)
     finally:
         device.close()
         for d in pool or []:
@@ -93,7 +95,8 @@ def main() -> None:
     jobs = [("unscreened", 0), ("screened", 1 if args.gpus > 1 else 0)]
     if args.gpus > 1:
         procs = [ctx.Process(target=one, args=(label, args.problem, gpu, args.budget_gpu_s, args.seed,
-                                               args.surrogate_model, args.out, args.compile_workers, args.wall_s)) for label, gpu in jobs]
+                                               args.surrogate_model, args.out, args.compile_workers, args.wall_s))
+                 for label, gpu in jobs]
         for p in procs:
             p.start()
         for p in procs:

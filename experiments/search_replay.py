@@ -39,34 +39,23 @@ STRATEGIES = ("greedy", "beam", "evolutionary", "mcts")
 
 
 def trajectory(search) -> list[dict]:
-    """After each evaluated or skipped node: GPU-seconds, GPU measurements so far, best speedup so far."""
-    out, best, measured = [], None, 0
-    for e in search.events:
-        if e["type"] != "node" or e.get("skipped"):
-            continue
-        last = e.get("last_stage") or {}
-        # measured: a GPU stage ran (a promoted node whose full timing replay could not answer still had its
-        # correctness and quick timing measured)
-        if e["summary"].get("fidelity") in ("correctness", "quick_timing", "full_timing") or (
-                last.get("name") in ("correctness", "quick_timing", "full_timing") and last.get("verdict") == "fail"):
-            measured += 1
-        sp = e["summary"].get("speedup_vs_eager")
-        if sp and (best is None or sp > best):
-            best = sp
-        out.append({"gpu_s": e["gpu_seconds"], "measured": measured, "best": best, "candidate": e["candidate"]})
-    return out
+    """After each evaluated node: GPU-seconds, GPU measurements so far, best speedup so far (the node `Tree.best`
+    would pick so far, as the search's report and the sweep's curves count it: `workbench.core.events.trajectory`)."""
+    from workbench.core.events import trajectory as event_trajectory
+
+    return [{k: t[k] for k in ("gpu_s", "measured", "best", "candidate")} for t in event_trajectory(search.events)]
 
 
 def searched(problem, device, proposer, strategy: str, seed: int, budget_s: float, wall_s: float | None = None,
              compile_pool=None, **search_kwargs):
     """A search with the experiments' common settings (4 evaluations per step, promotion within 5 %), run to its
-    budget: (the Search, its wall seconds). `search_kwargs` go to `Search` (surrogate, screen, findings, ...)."""
+    budget: (the Search, its wall seconds). `search_kwargs` go to `Search` (screening, findings)."""
     from workbench.harness.budget import Budget
     from workbench.harness.ladder import PromotionPolicy
     from workbench.search.search import Search
 
     s = Search(problem, device, strategy=strategy, proposer=proposer, budget=Budget(budget_s, wall_s), seed=seed,
-               per_step=4, policy=PromotionPolicy(full_within=0.05), **search_kwargs)
+               per_step=4, promotion=PromotionPolicy(full_within=0.05), **search_kwargs)
     s.ladder.compile_pool = compile_pool  # a live GPU run compiles screened proposals on these CPU workers
     t0 = time.perf_counter()
     s.run(steps=400)
@@ -75,8 +64,11 @@ def searched(problem, device, proposer, strategy: str, seed: int, budget_s: floa
 
 def run_search(problem, device, proposer, strategy: str, seed: int, budget_s: float, surrogate=None, screen=None,
                compile_pool=None, wall_s: float | None = None, surrogate_learns: bool = False):
-    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, wall_s, compile_pool, surrogate=surrogate,
-                       screen=screen, surrogate_learns=surrogate_learns)
+    from workbench.search.config import ScreeningConfig
+
+    screening = (ScreeningConfig(surrogate, screen, surrogate_learns=surrogate_learns) if surrogate is not None
+                 else None)
+    s, wall = searched(problem, device, proposer, strategy, seed, budget_s, wall_s, compile_pool, screening=screening)
     rep = s.report()
     return {"stopped": s.budget.exhausted(), "strategy": strategy, "seed": seed, "screened": surrogate is not None,
             "best": rep["best"]["speedup_vs_eager"] if rep["best"] else None, "gpu_seconds": rep["gpu_seconds"],
@@ -284,7 +276,8 @@ def summarize(rows: list[dict], df, args) -> dict:
             t["measured"] = i + 1
         by.setdefault((r["problem"], r["seed"]), {})[r["label"]] = r
     out: dict = {"budget": f"{args.budget_gpu_s:g} GPU-s" if args.budget_gpu_s else
-                 f"{args.budget_fraction:.0%} of the GPU-seconds spent measuring the whole pool", "seeds": args.seeds, "problems": sorted({r["problem"] for r in rows}),
+                 f"{args.budget_fraction:.0%} of the GPU-seconds spent measuring the whole pool", "seeds": args.seeds,
+                 "problems": sorted({r["problem"] for r in rows}),
                  "surrogate": args.surrogate}
     # (a)
     ratios, reached, final_ratio = [], 0, []

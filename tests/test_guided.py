@@ -11,11 +11,10 @@ from workbench.devices.replay import ReplayDevice
 from workbench.harness.budget import Budget
 from workbench.problems import Problem
 from workbench.profiling.findings import Finding
-from workbench.proposers.guided import (CONFIG_DIRECTIONS, group_of, guided_moves, interleave, suggestions,
-                                        threads, tile)
+from workbench.proposers.guided import CONFIG_DIRECTIONS, group_of, guided_moves, interleave, suggestions, threads, tile
 from workbench.proposers.offline import Choice, OfflineProposer
 from workbench.proposers.recorded import RecordedProposer, distance
-from workbench.search import Search
+from workbench.search import FindingsConfig, Search
 from workbench.search.memory import SearchMemory
 from workbench.store import Store
 
@@ -180,7 +179,7 @@ def _search(replay, seed=0, strategy="mcts", **kw):
 
 
 def test_search_stores_findings_on_nodes_memory_and_events(replay):
-    s = _search(replay, findings="static", guided_min_severity="info")
+    s = _search(replay, findings=FindingsConfig("static", guided_min_severity="info"))
     nodes = list(s.tree.nodes.values())
     with_findings = [n for n in nodes if n.findings]
     assert with_findings and all(n.findings is not None for n in nodes)
@@ -203,7 +202,7 @@ def test_search_stores_findings_on_nodes_memory_and_events(replay):
 
 
 def test_guided_search_is_deterministic_under_a_seed(replay):
-    a, b = (_search(replay, findings="static", guided_min_severity="info") for _ in range(2))
+    a, b = (_search(replay, findings=FindingsConfig("static", guided_min_severity="info")) for _ in range(2))
     assert any(n.move.split(":")[0] in CONFIG_DIRECTIONS for n in a.tree.nodes.values())
     assert [(n.candidate, n.move, n.findings) for n in a.tree.nodes.values()] == \
         [(n.candidate, n.move, n.findings) for n in b.tree.nodes.values()]
@@ -219,7 +218,7 @@ def test_findings_survive_resume_and_memory_round_trip(tmp_path, replay):
     problem, device = replay
     store = Store(tmp_path / "s.sqlite")
     kw = dict(proposer=RecordedProposer.from_dataset(problem), seed=2, store=store, search_id="g1",
-              budget=Budget(gpu_seconds=100), findings="static")
+              budget=Budget(gpu_seconds=100), findings=FindingsConfig("static"))
     a = Search(problem, device, **kw)
     a.run(steps=3)
     b = Search(problem, device, **kw)
@@ -233,12 +232,13 @@ def test_findings_survive_resume_and_memory_round_trip(tmp_path, replay):
 def test_counters_mode_needs_a_gpu_or_a_collector(replay):
     problem, device = replay
     with pytest.raises(ValueError, match="live CUDA device"):
-        Search(problem, device, proposer=RecordedProposer.from_dataset(problem), findings="ncu")
+        Search(problem, device, proposer=RecordedProposer.from_dataset(problem), findings=FindingsConfig("ncu"))
     with pytest.raises(ValueError, match="findings must be one of"):
-        Search(problem, device, proposer=RecordedProposer.from_dataset(problem), findings="everything")
+        Search(problem, device, proposer=RecordedProposer.from_dataset(problem),
+               findings=FindingsConfig("everything"))
     with pytest.raises(ValueError, match="guided_share"):
-        Search(problem, device, proposer=RecordedProposer.from_dataset(problem), findings="static",
-               guided_share=2.0)
+        Search(problem, device, proposer=RecordedProposer.from_dataset(problem),
+               findings=FindingsConfig("static", guided_share=2.0))
 
 
 def test_counters_feed_the_tools_and_are_charged_as_profiling(replay):
@@ -253,8 +253,8 @@ def test_counters_feed_the_tools_and_are_charged_as_profiling(replay):
         return {"_g0_gemm_kernel": {"l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": 600.0,
                                     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": 1000.0}}
 
-    s = Search(problem, device, proposer=RecordedProposer.from_dataset(problem), seed=0, findings="ncu",
-               counters=counters, budget=Budget(gpu_seconds=2.0))
+    s = Search(problem, device, proposer=RecordedProposer.from_dataset(problem), seed=0,
+               findings=FindingsConfig("ncu", counters=counters), budget=Budget(gpu_seconds=2.0))
     s.run(steps=3)
     measured = [n for n in s.tree.nodes.values() if n.status == "measured"]
     assert seen == [n.candidate for n in measured] and s.budget.spent["profile"] > 0
@@ -266,8 +266,8 @@ def test_make_search_passes_the_findings_option(replay):
     from workbench.search.search import make_search
 
     problem, device = replay
-    s = make_search(problem, device, offline=RecordedProposer.from_dataset(problem), findings="static",
-                    guided_share=0.25, budget=Budget(gpu_seconds=1.0))
+    s = make_search(problem, device, offline=RecordedProposer.from_dataset(problem),
+                    findings=FindingsConfig("static", guided_share=0.25), budget=Budget(gpu_seconds=1.0))
     s.run(steps=2)
-    assert s.diagnosis.mode == "static" and s.guided_share == 0.25
+    assert s.diagnosis.mode == "static" and s.findings.guided_share == 0.25
     assert s.tree.root.findings is not None

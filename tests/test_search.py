@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from workbench.core.records import FAIL, PASS, StageRecord
 from workbench.devices.replay import ReplayDevice
 from workbench.harness.budget import Budget
 from workbench.harness.ladder import Ladder
-from workbench.core.records import FAIL, PASS, StageRecord
 from workbench.problems import Problem
 from workbench.proposers.offline import OfflineProposer
-from workbench.search import Search, SearchMemory
+from workbench.search import ScreeningConfig, Search, SearchMemory
 from workbench.search.memory import Attempt
 from workbench.store import Store
 
@@ -112,6 +112,45 @@ def test_resume_repeats_no_measured_work(tmp_path, problem, proposer):
     again.run(steps=1)
     assert len(again.tree.nodes) > n_nodes
     assert len({n.candidate for n in again.tree.nodes.values()}) == len(again.tree.nodes)  # no repeats
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "evolutionary", "mcts"])
+def test_resumed_search_proposes_what_an_uninterrupted_one_does(tmp_path, problem, proposer, strategy):
+    """3 steps, a resume, 3 more: the same nodes as 6 steps in one go with the same seed (the seeded generator goes
+    on from where the last step left it), and the memory's attempts keep their parents across the resume."""
+    whole = Search(problem, RecordingGPU(), strategy=strategy, proposer=proposer, seed=7, per_step=3)
+    whole.run(steps=6)
+    store = Store(tmp_path / "s.sqlite")
+    kw = dict(strategy=strategy, proposer=proposer, seed=7, per_step=3, store=store, search_id="r")
+    first = Search(problem, RecordingGPU(), **kw)
+    first.run(steps=3)
+    again = Search(problem, RecordingGPU(), **kw)
+    assert again.memory.attempts == first.memory.attempts
+    again.run(steps=3)
+
+    def nodes(s):
+        return [(n.parent, n.move, n.candidate, n.status, n.speedup) for n in s.tree.nodes.values()]
+
+    assert len(whole.tree.nodes) > len(first.tree.nodes) and nodes(again) == nodes(whole)
+    assert again.memory.attempts == whole.memory.attempts
+    assert all(a.parent is not None for a in again.memory.attempts if a.move != "root")
+    store.close()
+
+
+def test_an_external_runner_evaluates_asked_proposals(problem, proposer):
+    """ask / tell without `step`: the caller evaluates each proposal itself (here on another ladder, as a remote
+    worker would) and tells the result; the tree is the one `step` builds."""
+    stepped = Search(problem, RecordingGPU(), proposer=proposer, seed=5, per_step=3)
+    stepped.run(steps=3)
+    told = Search(problem, RecordingGPU(), proposer=proposer, seed=5, per_step=3)
+    remote = Ladder(RecordingGPU())
+    for _ in range(3):
+        for p in told.ask():
+            told.tell(p, remote.evaluate(problem, p.candidate))
+        told.end_step()
+    assert [(n.parent, n.move, n.candidate, n.speedup) for n in told.tree.nodes.values()] == \
+        [(n.parent, n.move, n.candidate, n.speedup) for n in stepped.tree.nodes.values()]
+    assert told.steps == 3 and [e["type"] for e in told.events].count("step") == 3
 
 
 def test_memory_round_trip_and_render():
@@ -220,8 +259,9 @@ def test_screening_measures_within_slots_and_keeps_skips(tmp_path, problem, prop
 
     gpu = RecordingGPU()
     store = Store(tmp_path / "s.sqlite")
-    s = Search(problem, gpu, proposer=proposer, seed=4, per_step=2, overgenerate=3, store=store, search_id="scr",
-               surrogate=OracleSurrogate(), screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+    s = Search(problem, gpu, proposer=proposer, seed=4, per_step=2, store=store, search_id="scr",
+               screening=ScreeningConfig(OracleSurrogate(), SelectivePolicy(tau=0.5, explore=0.0, seed=0),
+                                         overgenerate=3))
     s.run(steps=4)
     skipped = [n for n in s.tree.nodes.values() if n.status == "skipped"]
     measured = [n for n in s.tree.nodes.values() if n.status != "skipped"]
@@ -231,13 +271,13 @@ def test_screening_measures_within_slots_and_keeps_skips(tmp_path, problem, prop
     assert len(measured) <= 1 + 2 * 3  # the root, then at most the slots per step
     assert s.report()["surrogate"] == "OracleSurrogate"
     again = Search(problem, gpu, proposer=proposer, store=store, search_id="scr",
-                   surrogate=OracleSurrogate(), screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0))
+                   screening=ScreeningConfig(OracleSurrogate(), SelectivePolicy(tau=0.5, explore=0.0, seed=0)))
     assert sum(n.status == "skipped" for n in again.tree.nodes.values()) == len(skipped)
 
 
 def test_screening_needs_both_parts(problem, proposer):
     with pytest.raises(ValueError, match="surrogate and a selective policy"):
-        Search(problem, RecordingGPU(), proposer=proposer, surrogate=OracleSurrogate())
+        Search(problem, RecordingGPU(), proposer=proposer, screening=ScreeningConfig(OracleSurrogate(), None))
 
 
 class LearningSurrogate(OracleSurrogate):
@@ -246,6 +286,9 @@ class LearningSurrogate(OracleSurrogate):
 
     def __init__(self):
         self.compile_records, self.seen = {}, []
+
+    def add_compile_records(self, records):
+        self.compile_records.update(records)
 
     def observe_candidates(self, problem, candidates, log2_speedup):
         self.seen += [(c.hash, y) for c, y in zip(candidates, log2_speedup)]
@@ -257,14 +300,15 @@ def test_measurements_go_back_to_a_learning_surrogate(problem, proposer):
     from workbench.surrogates import SelectivePolicy
 
     sur = LearningSurrogate()
-    s = Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2, overgenerate=3, surrogate=sur,
-               screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0), surrogate_learns=True)
+    s = Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2,
+               screening=ScreeningConfig(sur, SelectivePolicy(tau=0.5, explore=0.0, seed=0), overgenerate=3,
+                                         surrogate_learns=True))
     s.run(steps=3)
     measured = {n.candidate: math.log2(n.speedup) for n in s.tree.nodes.values() if n.status == "measured"}
     assert measured and dict(sur.seen) == pytest.approx(measured)  # every measured node, once, as log2 speedup
     assert len(sur.seen) == len(measured)
     assert set(sur.compile_records) >= set(measured)  # its compile record came with it
     quiet = LearningSurrogate()  # by default the search does not teach it
-    Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2, overgenerate=3, surrogate=quiet,
-           screen=SelectivePolicy(tau=0.5, explore=0.0, seed=0)).run(steps=2)
+    Search(problem, RecordingGPU(), proposer=proposer, seed=4, per_step=2,
+           screening=ScreeningConfig(quiet, SelectivePolicy(tau=0.5, explore=0.0, seed=0), overgenerate=3)).run(steps=2)
     assert quiet.seen == []

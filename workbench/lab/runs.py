@@ -13,15 +13,21 @@ notebook that declares an `out_dir` parameter and calls `save_run(search, out_di
 error, final best, GPU-seconds, environment) and `trajectories` (the trajectory rows of every run, with its
 parameters), which `workbench.viz.get_sweep_curves_info` turns into median-and-band curves across seeds.
 
-The trajectory's "best" is the highest speedup vs eager measured so far at any timing fidelity (quick or full), the
-same definition as experiments/search_replay.py; nodes that failed or were never timed leave it unchanged.
+The trajectory's "best" is `workbench.core.events.trajectory`'s: the node `Tree.best` would pick so far (full-timing
+results before quick ones, then the highest speedup), so a run's curve ends at the `best_speedup` its report holds.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..core.contracts import is_replay
+from ..core.events import trajectory
+
+if TYPE_CHECKING:
+    from ..search.search import Search
 
 EVENTS = "events.jsonl"
 NODES = "nodes.parquet"
@@ -29,33 +35,6 @@ TRAJECTORY = "trajectory.parquet"
 REPORT = "report.json"
 MANIFEST = "manifest.json"
 TRAJECTORY_COLUMNS = ["seq", "nid", "gpu_s", "measured", "speedup", "best", "status"]
-_MEASURING = ("correctness", "quick_timing", "full_timing")
-
-
-def trajectory(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per evaluated node (skipped-by-surrogate nodes left out), in order: `gpu_s` (cumulative GPU-seconds
-    after it), `measured` (GPU measurements so far: nodes that were timed or that the GPU budget was charged for; a
-    replayed node whose full timing was never recorded still counts for its quick timing), `speedup` (its own, None
-    when not timed), `best` (the highest speedup so far, None until one was timed) and `status` (measured, failed,
-    not timed)."""
-    out, best, measured, spent = [], None, 0, 0.0
-    for e in events:
-        if e.get("type") != "node" or e.get("skipped"):
-            continue
-        last = e.get("last_stage") or {}
-        summary = e.get("summary") or {}
-        gpu_s = float(e.get("gpu_seconds") or 0.0)
-        sp = summary.get("speedup_vs_eager")
-        ok = bool(sp) and last.get("verdict") != "fail"
-        if ok or gpu_s > spent:
-            measured += 1
-        spent = max(spent, gpu_s)
-        if ok and (best is None or sp > best):
-            best = float(sp)
-        status = "failed" if last.get("verdict") == "fail" or not last else ("measured" if ok else "not timed")
-        out.append({"seq": e.get("seq"), "nid": e.get("nid"), "gpu_s": gpu_s, "measured": measured,
-                    "speedup": float(sp) if ok else None, "best": best, "status": status})
-    return out
 
 
 def _jsonable_frame(df):
@@ -66,10 +45,10 @@ def _jsonable_frame(df):
     return df
 
 
-def save_run(search, out_dir: str | Path | None) -> Path | None:
+def save_run(search: Search, out_dir: str | Path | None) -> Path | None:
     """Write the search's events, nodes, trajectory and report into `out_dir` (created). An empty `out_dir` (a
     notebook run by hand, not by a sweep) writes nothing and returns None."""
-    import pandas as pd
+    import pandas as pd  # a light module: `import workbench.lab.runs` loads no pandas until a run is read or saved
 
     if not out_dir:
         return None
@@ -82,7 +61,7 @@ def save_run(search, out_dir: str | Path | None) -> Path | None:
     pd.DataFrame(trajectory(search.events), columns=TRAJECTORY_COLUMNS).to_parquet(d / TRAJECTORY, index=False)
     report = search.report()
     dev = search.device
-    if getattr(dev, "kind", None) == "replay":
+    if is_replay(dev):
         report["replay"] = {"of": dev.recorded_device, "answered": dev.answered, "not_measured": dev.not_measured}
     (d / REPORT).write_text(json.dumps(report, indent=1, default=str))
     return d
@@ -164,7 +143,7 @@ class SweepRuns:
     def summary(self):
         """One row per configuration: runs (ok of all), the final best across seeds (median, min, max), GPU-seconds
         spent (median) and GPU measurements (median)."""
-        import pandas as pd
+        import pandas as pd  # see save_run
 
         ok = self.ok
         keys = self.config_params
@@ -190,7 +169,7 @@ def _value(v: Any) -> Any:
 def load_runs(sweep_dir: str | Path, seed: str = "seed") -> SweepRuns:
     """Read `<sweep_dir>/<run_id>/` for every run that has a manifest (failed and unfinished runs included, with
     their status and error)."""
-    import pandas as pd
+    import pandas as pd  # see save_run
 
     root = Path(sweep_dir)
     if not root.is_dir():

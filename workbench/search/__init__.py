@@ -1,7 +1,9 @@
-"""Search: the object a notebook holds (`Search`), its tree, memory and strategies."""
+"""Search: the object a notebook holds (`Search`), its configs, tree, memory and strategies."""
+from .config import FindingsConfig, LLMMovesConfig, ScreeningConfig
 from .memory import Attempt, SearchMemory
-from .search import Search, StepReport
-from .strategies import STRATEGIES, make
+from .search import Search, StepReport, make_search
+from .strategies import STRATEGIES, Proposal, SearchView, make_strategy
 from .tree import Node, Tree
 
-__all__ = ["Search", "StepReport", "SearchMemory", "Attempt", "Tree", "Node", "STRATEGIES", "make"]
+__all__ = ["Attempt", "FindingsConfig", "LLMMovesConfig", "Node", "Proposal", "STRATEGIES", "ScreeningConfig",
+           "Search", "SearchMemory", "SearchView", "StepReport", "Tree", "make_search", "make_strategy"]

@@ -1,11 +1,12 @@
 """Profiler findings for a search node, from what its evaluation already holds.
 
-`findings="static"` (the default when a search asks for findings) spends no GPU time: the expert tools read the static
-reading of the node's compile record (registers, spills, shared memory, tensor-core use, load widths — from PTX/SASS
-when the record carries them, else the compile stage's facts) and the roofline verdict from the node's measured time
-against the problem's counted FLOPs and bytes and the device's measured ceilings. On replay those are the recorded
-H200 compile records and times, so no number is invented. `findings="ncu"` adds Nsight Compute counters for every
-measured node on a live CUDA device; that is GPU time, charged to the budget as the "profile" stage.
+`FindingsConfig(mode="static")` (the default when a search asks for findings) spends no GPU time: the expert tools
+read the static reading of the node's compile record (registers, spills, shared memory, tensor-core use, load widths
+— from PTX/SASS when the record carries them, else the compile stage's facts) and the roofline verdict from the
+node's measured time against the problem's counted FLOPs and bytes and the device's measured ceilings. On replay
+those are the recorded H200 compile records and times, so no number is invented. `mode="ncu"` adds Nsight Compute
+counters for every measured node on a live CUDA device; that is GPU time, charged to the budget as the "profile"
+stage.
 
 The findings go on the node, into the search memory and into the proposer's moves for the node's children
 (`OfflineProposer.moves(..., findings=...)`).
@@ -13,29 +14,31 @@ The findings go on the node, into the search memory and into the proposer's move
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
+from ..core import ceilings
+from ..core.contracts import Device
 from ..core.records import Evaluation
-from ..profiling.experts import H200_SMS, diagnose
-from ..profiling.findings import Finding
+from ..core.target import H200
+from ..problems.analysis import count
+from ..problems.problem import Problem
+from ..profiling import ncu
+from ..profiling.experts import diagnose
+from ..profiling.findings import Finding, ProfilerUnavailable
 from ..profiling.roofline import RooflineVerdict, classify
 from ..profiling.static_reading import read_static
-
-MODES = ("static", "ncu")
+from .config import FindingsConfig
 
 
 class NodeDiagnosis:
     """Runs the expert tools on one node's evaluation (and, in "ncu" mode, on counters collected for it)."""
 
-    def __init__(self, problem, device, mode: str = "static",
-                 counters: Callable[[Any, Any], dict[str, dict]] | None = None):
-        if mode not in MODES:
-            raise ValueError(f"findings must be one of {MODES} (or None for no findings), got {mode!r}")
-        if mode == "ncu" and counters is None and getattr(device, "kind", None) != "cuda":
-            raise ValueError(f"findings='ncu' needs Nsight Compute on a live CUDA device; {device.name} has no "
-                             "counters (findings='static' reads the compile records and measured times instead)")
-        self.problem, self.device, self.mode = problem, device, mode
-        self._counters = counters
+    def __init__(self, problem: Problem, device: Device, config: FindingsConfig):
+        if config.mode == "ncu" and config.counters is None and device.kind != "cuda":
+            raise ValueError(f"findings mode 'ncu' needs Nsight Compute on a live CUDA device; {device.name} has no "
+                             "counters (mode 'static' reads the compile records and measured times instead)")
+        self.problem, self.device, self.mode = problem, device, config.mode
+        self._counters = config.counters
         self._counts = None
         self._ceilings: dict[str, Any] | None = None
         self._ceilings_read = False
@@ -44,17 +47,13 @@ class NodeDiagnosis:
     def counts(self):
         """The problem's FLOPs and bytes, counted once (meta tensors, no GPU)."""
         if self._counts is None:
-            from ..problems.analysis import count
-
             self._counts = count(self.problem)
         return self._counts
 
     @property
     def ceilings(self) -> dict[str, Any] | None:
         if not self._ceilings_read:
-            from ..core import ceilings
-
-            gpu = getattr(self.device, "gpu_name", None)
+            gpu = self.device.gpu_name
             self._ceilings = ceilings.load(gpu) if gpu else None
             self._ceilings_read = True
         return self._ceilings
@@ -77,7 +76,7 @@ class NodeDiagnosis:
         if not kernels:
             return []
         ms = evaluation.summary().get("candidate_ms")
-        sm = int((self.ceilings or {}).get("sm_count") or H200_SMS)
+        sm = int((self.ceilings or {}).get("sm_count") or H200.sms)
         return diagnose(metrics, read_static(kernels), self.counts, self.verdict(ms), sm_count=sm)
 
     def collect(self, budget, candidate) -> tuple[dict[str, dict] | None, str | None]:
@@ -86,9 +85,6 @@ class NodeDiagnosis:
         the search goes on with the static findings."""
         if self.mode != "ncu":
             return None, None
-        from ..profiling import ncu
-        from ..profiling.findings import ProfilerUnavailable
-
         t0 = time.perf_counter()
         try:
             if self._counters is not None:

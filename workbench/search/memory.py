@@ -91,7 +91,7 @@ class SearchMemory:
                            "gains": dict(self._gains)})
 
     @classmethod
-    def from_json(cls, text: str) -> "SearchMemory":
+    def from_json(cls, text: str) -> SearchMemory:
         d = json.loads(text)
         m = cls()
         m.attempts = [Attempt(**a) for a in d["attempts"]]

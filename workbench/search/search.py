@@ -1,51 +1,89 @@
 """`Search`: the object a notebook holds, stepping a kernel search cell by cell or running it headless.
 
-One `step()`: the strategy proposes up to `per_step` points of the proposer's space (the first step evaluates the
-proposer's default point as the root), each is rendered to a candidate and climbs the ladder (quick timing for all,
-full timing for the ones the promotion policy picks), the tree, the memory and the strategy learn from the outcome,
-and an event is emitted (to `events`, to listeners such as widgets, and to the store). The budget stops the search
-at a GPU-seconds limit or a wall-clock limit.
+The loop is ask / tell (Optuna's pattern):
 
-LLM moves: with `llm_moves` (`make_search(..., proposer="llm")`), children are modules written by the LLM proposer
-(move "llm") from the parent's source, its last measurement summary and the memory's text; the root is still the
-offline proposer's default point. A node then holds either a `choice` (rendered by the offline proposer) or a
-`source` (an LLM-written module, evaluated as is). A reply with no usable module is no node: it is recorded in the
-memory as a failed "llm" attempt (stage "propose", with the reason) and emitted as a `proposal_failed` event; a step
-whose proposals all failed is still a step (no nodes, not "space exhausted"), and only `max_failed_steps` such steps
-in a row stop the search ("llm proposals failing").
+- `ask(k)`: the strategy proposes up to k points (the first ask gives the proposer's default point, the root), each
+  rendered to a candidate. When the search screens (`ScreeningConfig`) the strategy over-generates, the surrogate
+  forecasts every proposal and the selective policy decides which the GPU measures; each `Proposal` carries its
+  forecast and decision.
+- `tell(proposal, evaluation)`: the proposal becomes a node (a skipped one with no evaluation); the tree, the memory,
+  the strategy and a learning surrogate learn from it, profiler findings are read when asked for
+  (`FindingsConfig`), and a node event is emitted (to `events`, to listeners such as widgets, and to the store).
+- `end_step()`: the step event. `step()` is ask, evaluate on the device's slots (several at once on a multi-GPU
+  device), tell in proposal order, end the step; `run()` steps until the budget (GPU-seconds or wall clock) stops
+  it. An external runner may evaluate proposals itself (another machine, a notebook cell) and tell the results.
 
-Findings: with `findings="static"`, every evaluated node is read by the profiler's expert tools at no GPU cost (the
-static reading of its compile record and the roofline verdict from its measured time; `diagnosis.py`), the findings
-are kept on the node, in its event and in the memory, and the offline proposer's moves from that node follow them for
-about `guided_share` of its children, from findings of at least `guided_min_severity` (default "warning": an
-"info" finding is one its tool judges harmless; `proposers/guided.py`). `findings="ncu"` adds Nsight Compute counters
-on a live GPU, charged to the budget.
+LLM moves (`LLMMovesConfig`, `make_search(..., proposer="llm")`): children are modules the LLM proposer writes from
+the parent's source, its last measurement summary and the memory's text. A reply with no usable module is no node: it
+is recorded in the memory as a failed "llm" attempt and as a `proposal_failed` event; a step whose proposals all
+failed is still a step, and `max_failed_steps` such steps in a row stop the search.
 
 Resume: a search with a `search_id` and a store appends its events there; a new `Search` with the same id and
-configuration replays them to rebuild the tree and the memory, and the ladder answers stored evaluations from the
-store, so nothing measured is measured again.
+configuration replays them (the same code path as a live tell) to rebuild the tree, the memory and the strategy's
+statistics, and moves its seeded generator to where the last step left it, so it proposes what the uninterrupted
+search would have; the ladder answers stored evaluations from the store, so nothing measured is measured again.
+Event meanings (node status, "best") live in `workbench.core.events`.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-import random
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
+from ..core.candidate import Candidate
+from ..core.contracts import Device
+from ..core.events import (
+    Decision,
+    NodeEvent,
+    NodeStatus,
+    ProfileNote,
+    ProposalFailed,
+    StepEvent,
+    event_from_dict,
+    skip_reason,
+    status_of,
+)
+from ..core.records import REFUSED, Evaluation, Stage, StageRecord
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
-from ..core.records import REFUSED
+from ..llm import LLMClient, LLMProposer
+from ..llm.moves import LLMMoves
+from ..llm.recorder import CallRecorder
 from ..problems.problem import Problem
-from ..core.candidate import Candidate
 from ..proposers.offline import Choice, OfflineProposer
 from . import strategies
+from .config import FindingsConfig, LLMMovesConfig, ScreeningConfig
 from .diagnosis import NodeDiagnosis
 from .memory import Attempt, SearchMemory
+from .rng import DrawCountingRandom
+from .strategies import Proposal, SearchView
 from .tree import Node, Tree
+
+
+@runtime_checkable
+class ReadsCompileRecords(Protocol):
+    """A surrogate that forecasts better with compile facts: the search compiles proposals ahead (a CPU rung, no GPU
+    time) and hands it the records before it forecasts."""
+
+    def add_compile_records(self, records: Mapping[str, StageRecord]) -> None:
+        ...
+
+
+@runtime_checkable
+class LearnsFromMeasurements(Protocol):
+    """A surrogate that shifts its forecasts for a problem by what measurements of it say."""
+
+    def observe_candidates(self, problem: Problem, candidates: list[Candidate], log2_speedup: list[float]) -> None:
+        ...
+
+
+def _stage_dict(record: StageRecord) -> dict[str, Any]:
+    """A stage record as node events store it (its fields, without the derived `ok`)."""
+    return {k: v for k, v in record.to_dict().items() if k != "ok"}
 
 
 @dataclasses.dataclass
@@ -58,113 +96,123 @@ class StepReport:
 
 
 class Search:
-    def __init__(self, problem: Problem, device, strategy: str | strategies.Strategy = "greedy",
+    def __init__(self, problem: Problem, device: Device, strategy: str | strategies.Strategy = "greedy",
                  proposer: OfflineProposer | None = None, budget: Budget | None = None, store=None, seed: int = 0,
-                 per_step: int = 4, policy: PromotionPolicy | None = None, search_id: str | None = None,
-                 llm_moves=None, max_failed_steps: int = 3, surrogate=None, screen=None, overgenerate: int = 3,
-                 findings: str | None = None, guided_share: float | None = None,
-                 guided_min_severity: str | None = None, counters=None, surrogate_learns: bool = False):
+                 per_step: int = 4, promotion: PromotionPolicy | None = None, search_id: str | None = None,
+                 screening: ScreeningConfig | None = None, findings: FindingsConfig | None = None,
+                 llm: LLMMovesConfig | None = None):
+        """`per_step`: proposals measured per step; `promotion`: which quick-timed candidates the ladder times in
+        full; `store`: where evaluations and (with `search_id`) events are kept, and what a resumed search replays."""
         self.problem = problem
-        # measured speedups go back to a surrogate that can learn from them (off by default: on replay it sharpened
-        # forecasts but made screening worse at equal budget, results/search/report.md)
-        self.surrogate_learns = surrogate_learns
         self.device = device
         self.proposer = proposer or OfflineProposer(problem)
-        self.strategy = strategies.make(strategy) if isinstance(strategy, str) else strategy
+        self.strategy = strategies.make_strategy(strategy) if isinstance(strategy, str) else strategy
         self.budget = budget or Budget()
         self.store = store
         self.seed = seed
-        self.rng = random.Random(seed)
+        self.rng = DrawCountingRandom(seed)
         self.per_step = per_step
-        self.ladder = Ladder(device, store=store, policy=policy, budget=self.budget)
+        self.ladder = Ladder(device, store=store, policy=promotion, budget=self.budget)
         self.tree = Tree()
         self.memory = SearchMemory()
         self.events: list[dict[str, Any]] = []
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.steps = 0
-        self.llm_moves = llm_moves  # llm_moves.LLMMoves, or None: the offline proposer's moves
-        self.max_failed_steps = max_failed_steps
+        self.screening, self.findings, self.llm = screening, findings, llm
+        self.diagnosis = NodeDiagnosis(problem, device, findings) if findings is not None else None
         self.failed_steps = 0  # steps in a row whose proposals all failed (LLM moves only)
         self.summaries: dict[int, dict[str, Any]] = {}  # nid -> its evaluation summary (without stages)
-        # screening: the strategy over-generates `overgenerate` x the slots, the surrogate forecasts each, and the
-        # selective policy (`screen.decide(forecasts, slots)`) picks what the GPU measures; the rest are skipped,
-        # each skip kept with its forecast so calibration can be checked on any measured later
-        if (surrogate is None) != (screen is None):
-            raise ValueError("screening needs both a surrogate and a selective policy (screen)")
-        self.surrogate, self.screen, self.overgenerate = surrogate, screen, max(1, overgenerate)
-        # findings: None (none read), "static" (compile records + roofline, no GPU time) or "ncu" (counters too)
-        self.diagnosis = NodeDiagnosis(problem, device, findings, counters) if findings is not None else None
-        if guided_share is not None and not 0.0 <= guided_share <= 1.0:
-            raise ValueError(f"guided_share must be within [0, 1], got {guided_share}")
-        self.guided_share, self.guided_min_severity = guided_share, guided_min_severity
+        self.view = SearchView(self.tree, self.rng, self.proposer, self.memory, problem, self.child_moves,
+                               supports_crossover=llm is None)
+        self._step_failures = 0  # failed LLM proposals since the last step event
+        self._step_nodes: list[Node] = []  # nodes told since the last step event
         self.search_id = search_id
         if search_id and store is not None:
             self._resume(store.search_events(search_id))
 
+    @property
+    def llm_moves(self) -> LLMMoves | None:
+        return self.llm.moves if self.llm is not None else None
+
+    @property
+    def supports_crossover(self) -> bool:
+        return self.view.supports_crossover
+
+    # ---- ask / tell ----
+    def ask(self, k: int | None = None) -> list[Proposal]:
+        """Up to `k` (default `per_step`) proposals to measure, rendered; the root alone first. When the search
+        screens, the strategy proposes `overgenerate` x k and the selective policy lets at most k through: every
+        proposal comes back with its forecast and decision, the skipped ones to be told without an evaluation. An
+        empty list: the space is exhausted, or every LLM reply failed (`end_step()` then counts a failed step)."""
+        k = k or self.per_step
+        if self.tree.root is None:
+            proposals = [Proposal(None, "root", self.proposer.default_choice())]
+        else:
+            proposals = self.strategy.propose(self.view, k * (self.screening.overgenerate if self.screening else 1))
+        self._record_failed_proposals()
+        proposals = [dataclasses.replace(p, candidate=p.candidate or self._render(p.payload)) for p in proposals]
+        if self.screening is not None and self.tree.root is not None and proposals:
+            proposals = self._screen(proposals, k)
+        return proposals
+
+    def tell(self, proposal: Proposal, evaluation: Evaluation | None = None, wall_s: float | None = None) -> Node:
+        """Make a proposal a node: a skipped one (no evaluation), or one measured by `evaluation` (from
+        `self.ladder.evaluate`, or an external runner's), which `wall_s` seconds of wall clock produced."""
+        cand = proposal.candidate or self._render(proposal.payload)
+        choice = None if isinstance(proposal.payload, Candidate) else proposal.payload
+        common = dict(nid=len(self.tree.nodes), parent=proposal.parent, move=proposal.move, candidate=cand.hash,
+                      choice=choice.to_dict() if choice is not None else None,
+                      source=None if choice is not None else cand.source,
+                      origin=None if choice is not None else dict(cand.origin), forecast=proposal.forecast)
+        if not proposal.measure:
+            event = NodeEvent(**common, skipped=True, gpu_seconds=self.budget.gpu_spent)
+        else:
+            if evaluation is None:
+                raise ValueError("a proposal the search measures is told with its evaluation")
+            summary = {k: v for k, v in evaluation.summary().items() if k != "stages"}
+            last = _stage_dict(evaluation.stages[-1]) if evaluation.stages else None
+            status = status_of(summary, last)
+            self._teach_surrogate(cand, status, summary.get("speedup_vs_eager"), evaluation)
+            findings = self._diagnose(common["nid"], cand, evaluation, status) if self.diagnosis else None
+            event = NodeEvent(**common, summary=summary, last_stage=last, findings=findings, wall_s=wall_s,
+                              gpu_seconds=self.budget.gpu_spent)
+        node = self._add(event, choice)
+        self._emit(event)
+        return node
+
+    def end_step(self) -> StepReport:
+        """Close a step (the nodes told since the last one): count it, note whether all its LLM proposals failed,
+        emit the step event."""
+        nodes = self._close_step()
+        self.steps += 1
+        best = self.best_summary()
+        self._emit(StepEvent(self.steps, self.budget.gpu_spent, best, rng_draws=self.rng.draws))
+        return StepReport(self.steps, [n.summary() for n in nodes], self.budget.gpu_spent, best, self.stopped())
+
+    def _close_step(self) -> list[Node]:
+        if self._step_nodes or self._step_failures:
+            self.failed_steps = 0 if self._step_nodes else self.failed_steps + 1
+        nodes, self._step_nodes, self._step_failures = self._step_nodes, [], 0
+        return nodes
+
+    def stopped(self) -> str | None:
+        """Why no further step should run: the budget, or LLM replies failing step after step; None to go on."""
+        reason = self.budget.exhausted()
+        if not reason and self.llm is not None and self.failed_steps >= self.llm.max_failed_steps:
+            reason = "llm proposals failing"
+        return reason
+
     # ---- the loop ----
     def step(self) -> StepReport:
+        """Ask, measure on the device's slots, tell in proposal order, end the step."""
         stopped = self.budget.exhausted()
         if stopped:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), stopped)
-        screening = self.surrogate is not None and self.tree.root is not None
-        if self.tree.root is None:
-            proposals = [(None, "root", self.proposer.default_choice())]
-        else:
-            proposals = self.strategy.propose(self, self.per_step * (self.overgenerate if screening else 1))
-        failed = self._record_failed_proposals()
-        if not proposals and not failed:
+        proposals = self.ask()
+        if not proposals and not self._step_failures:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), "space exhausted")
-        self.failed_steps = 0 if proposals else self.failed_steps + 1
-        nodes = []
-        decisions: list[tuple[str, dict[str, Any] | None]] = [("measure", None)] * len(proposals)
-        if screening and proposals:
-            decisions = self._screen(proposals)
-        slots = self._slots()
-        measure: list[tuple] = []
-        for (parent, move, payload), (decision, forecast) in zip(proposals, decisions):
-            if decision == "skip":
-                nodes.append(self._skip(parent, move, payload, forecast))
-            elif slots > 1:
-                measure.append((parent, move, payload, forecast))
-            elif self.budget.exhausted():
-                break
-            else:
-                nodes.append(self._evaluate(parent, move, payload, forecast))
-        if measure:
-            nodes.extend(self._evaluate_concurrently(measure, slots))
-        self.steps += 1
-        self._emit({"type": "step", "step": self.steps, "gpu_seconds": self.budget.gpu_spent,
-                    "best": self.best_summary()})
-        stopped = self.budget.exhausted()
-        if not stopped and self.failed_steps >= self.max_failed_steps:
-            stopped = "llm proposals failing"
-        return StepReport(self.steps, [n.summary() for n in nodes], self.budget.gpu_spent, self.best_summary(),
-                          stopped)
-
-    # ---- where children come from ----
-    @property
-    def supports_crossover(self) -> bool:
-        return self.llm_moves is None
-
-    def child_moves(self, parent: Node, k: int) -> list[tuple[str, Any]]:
-        """Candidate (move, payload) children of a node, for the strategies to filter: the offline proposer's moves
-        (3k of them, the strategy keeps k unseen ones), or k LLM-written candidates."""
-        if self.llm_moves is not None:
-            return self.llm_moves.moves(parent.payload, self.rng, k=k, memory=self.memory,
-                                        measurements=self.summaries.get(parent.nid))
-        return self.proposer.moves(parent.choice, self.rng, k=3 * k, memory=self.memory, findings=parent.findings,
-                                   guided_share=self.guided_share, min_severity=self.guided_min_severity)
-
-    def _record_failed_proposals(self) -> int:
-        """Unusable LLM replies of this step: failed "llm" attempts in the memory, and events (no nodes)."""
-        if self.llm_moves is None:
-            return 0
-        failures = self.llm_moves.drain_failures()
-        for f in failures:
-            self.memory.record(Attempt(f.call_id or "", f.parent, "llm", "failed", "propose", None, f.reason))
-            self._emit({"type": "proposal_failed", "parent": f.parent, "move": "llm", "reason": f.reason,
-                        "call_id": f.call_id, "rationale": f.rationale})
-        return len(failures)
+        self._measure_and_tell(proposals)
+        return self.end_step()
 
     def run(self, steps: int | None = None, progress: Callable[[StepReport], None] | None = None) -> Node | None:
         done = 0
@@ -177,41 +225,66 @@ class Search:
                 break
         return self.best
 
-    def _candidate(self, payload: Choice | Candidate) -> Candidate:
+    def _measure_and_tell(self, proposals: list[Proposal]) -> None:
+        """One GPU: evaluate and tell one proposal at a time while the budget lasts. Several: evaluate the step's
+        measured proposals at once (`_evaluate_concurrently`), then tell everything in proposal order, so the tree
+        does not depend on which GPU finished first."""
+        slots = self._slots()
+        done = iter(self._evaluate_concurrently([p for p in proposals if p.measure], slots)) if slots > 1 else None
+        for p in proposals:
+            if not p.measure:
+                self.tell(p)
+                continue
+            if done is not None:
+                measured = next(done)
+                if measured is None:  # not started, or refused, once the budget ran out
+                    continue
+            elif self.budget.exhausted():
+                break
+            else:
+                measured = self._evaluate(p.candidate)
+            self.tell(p, *measured)
+
+    # ---- where children come from ----
+    def child_moves(self, parent: Node, k: int) -> list[tuple[str, Any]]:
+        """Candidate (move, payload) children of a node, for the strategies to filter: the offline proposer's moves
+        (3k of them, the strategy keeps k unseen ones), or k LLM-written candidates."""
+        if self.llm is not None:
+            return self.llm.moves.moves(parent.payload, self.rng, k=k, memory=self.memory,
+                                        measurements=self.summaries.get(parent.nid))
+        f = self.findings
+        return self.proposer.moves(parent.choice, self.rng, k=3 * k, memory=self.memory, findings=parent.findings,
+                                   guided_share=f.guided_share if f else None,
+                                   min_severity=f.guided_min_severity if f else None)
+
+    def _record_failed_proposals(self) -> None:
+        """Unusable LLM replies since the last ask: failed "llm" attempts in the memory, and events (no nodes)."""
+        if self.llm is None:
+            return
+        for f in self.llm.moves.drain_failures():
+            event = ProposalFailed(f.parent, f.reason, f.call_id, f.rationale)
+            self._add_failure(event)
+            self._emit(event)
+
+    def _add_failure(self, e: ProposalFailed) -> None:
+        self.memory.record(Attempt(e.call_id or "", e.parent, e.move, "failed", "propose", None, e.reason))
+        self._step_failures += 1
+
+    def _render(self, payload: Choice | Candidate) -> Candidate:
         return payload if isinstance(payload, Candidate) else self.proposer.render(payload)
 
-    def _add_node(self, parent: int | None, move: str, payload: Choice | Candidate,
-                  cand: Candidate | None = None) -> tuple[Node, Candidate]:
-        cand = cand or self._candidate(payload)
-        if isinstance(payload, Candidate):  # an LLM-written module, evaluated as written
-            return self.tree.add(parent, move, None, cand.hash, source=cand.source), cand
-        return self.tree.add(parent, move, payload, cand.hash), cand
+    def _screen(self, proposals: list[Proposal], slots: int) -> list[Proposal]:
+        """Forecast every proposal and let the selective policy choose which `slots` climb the ladder."""
+        surrogate, cands = self.screening.surrogate, [p.candidate for p in proposals]
+        if isinstance(surrogate, ReadsCompileRecords):
+            surrogate.add_compile_records(self.ladder.compile_ahead(self.problem, cands))
+        forecasts = surrogate.forecast(self.problem, cands, "eager")
+        decisions = [Decision(label) for label in self.screening.selective.decide(forecasts, slots)]
+        return [dataclasses.replace(p, decision=d, forecast={"probs": list(f.probs), "point": f.point,
+                                                             "confidence": f.confidence, "decision": d.value})
+                for p, f, d in zip(proposals, forecasts, decisions)]
 
-    def _screen(self, proposals) -> list[tuple[str, dict[str, Any]]]:
-        """Forecast every proposal and let the selective policy choose what climbs the ladder."""
-        cands = [self._candidate(p) for _, _, p in proposals]
-        if isinstance(getattr(self.surrogate, "compile_records", None), dict):
-            # a surrogate that reads compile facts gets them first: compiling is a CPU rung, it costs no GPU time
-            self.surrogate.compile_records.update(self.ladder.compile_ahead(self.problem, cands))
-        forecasts = self.surrogate.forecast(self.problem, cands, "eager")
-        labels = self.screen.decide(forecasts, self.per_step)
-        return [(label, {"probs": list(f.probs), "point": f.point, "confidence": f.confidence, "decision": label})
-                for label, f in zip(labels, forecasts)]
-
-    def _skip(self, parent: int | None, move: str, payload: Choice | Candidate, forecast: dict[str, Any]) -> Node:
-        node, cand = self._add_node(parent, move, payload)
-        node.status, node.forecast = "skipped", forecast
-        node.reason = f"skipped by the surrogate (confidence {forecast['confidence']:.2f})"
-        self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
-                                   move, "skipped", "", None, node.reason))
-        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move, "skipped": True,
-                    "choice": payload.to_dict() if not isinstance(payload, Candidate) else None,
-                    **({"source": cand.source, "origin": dict(cand.origin)} if isinstance(payload, Candidate)
-                       else {}),
-                    "candidate": cand.hash, "summary": {}, "last_stage": None, "forecast": forecast,
-                    "gpu_seconds": self.budget.gpu_spent})
-        return node
-
+    # ---- measuring ----
     def _slots(self) -> int:
         """How many evaluations the device runs at once: a Ray device's GPU actors; 1 for a local or replay one."""
         try:
@@ -219,92 +292,76 @@ class Search:
         except (TypeError, ValueError):
             return 1
 
-    def _evaluate_concurrently(self, items: list[tuple], slots: int) -> list[Node]:
-        """A step's measurements spread over a device with several GPUs. Each starts only while the budget lasts;
-        nodes are added and results applied in proposal order, so the tree does not depend on which GPU finished
-        first. With `slots` GPUs the budget may be overrun by up to `slots - 1` evaluations already started."""
-        cands = [self._candidate(payload) for _, _, payload, _ in items]
+    def _evaluate(self, cand: Candidate) -> tuple[Evaluation, float]:
+        """Climb the ladder: (the evaluation, its wall seconds)."""
+        t0 = time.perf_counter()
+        ev = self.ladder.evaluate(self.problem, cand)
+        return ev, time.perf_counter() - t0
 
-        def run(cand: Candidate):
+    def _evaluate_concurrently(self, proposals: list[Proposal], slots: int) -> list[tuple[Evaluation, float] | None]:
+        """Evaluations on `slots` GPUs at once, in proposal order. Each starts only while the budget lasts (None
+        when it did not start, or was refused because another GPU's charge spent the budget while it compiled), so
+        the budget may be overrun by up to `slots - 1` evaluations already started."""
+        def run(cand: Candidate) -> tuple[Evaluation, float] | None:
             if self.budget.exhausted():
                 return None
-            t0 = time.perf_counter()
-            ev = self.ladder.evaluate(self.problem, cand)
+            ev, wall = self._evaluate(cand)
             last = ev.stages[-1] if ev.stages else None
-            if last is not None and last.verdict == REFUSED and last.data.get("retry") and self.budget.exhausted():
-                return None  # the budget ran out while it compiled (another GPU's charge): as if never started
-            return cand, ev, time.perf_counter() - t0
+            if last is not None and last.verdict == REFUSED and last.retry and self.budget.exhausted():
+                return None
+            return ev, wall
 
-        with ThreadPoolExecutor(min(slots, len(items))) as ex:
-            done = list(ex.map(run, cands))
-        return [self._evaluate(parent, move, payload, forecast, measured=m)
-                for (parent, move, payload, forecast), m in zip(items, done) if m is not None]
+        if not proposals:
+            return []
+        with ThreadPoolExecutor(min(slots, len(proposals))) as ex:
+            return list(ex.map(run, [p.candidate for p in proposals]))
 
-    def _evaluate(self, parent: int | None, move: str, payload: Choice | Candidate,
-                  forecast: dict[str, Any] | None = None, measured: tuple | None = None) -> Node:
-        """Add the node and climb the ladder (or take `measured`: (candidate, evaluation, wall seconds) already run)."""
-        node, cand = self._add_node(parent, move, payload, measured[0] if measured else None)
-        choice = None if isinstance(payload, Candidate) else payload
-        node.forecast = forecast
-        if measured is None:
-            t0 = time.perf_counter()
-            ev = self.ladder.evaluate(self.problem, cand)
-            wall = time.perf_counter() - t0
-        else:
-            _, ev, wall = measured
-        summary = {k: v for k, v in ev.summary().items() if k != "stages"}
-        self.summaries[node.nid] = summary
-        self._apply(node, ev.summary())
-        self._teach_surrogate(cand, node, ev)
-        if self.diagnosis is not None:
-            self._diagnose(node, cand, ev)
-        parent_speedup = self.tree.nodes[parent].speedup if parent is not None else None
-        self.memory.record(Attempt(cand.hash, self.tree.nodes[parent].candidate if parent is not None else None,
-                                   move, node.status, node.stage, node.speedup, node.reason), parent_speedup)
-        self.strategy.observe(self, node)
-        self._emit({"type": "node", "nid": node.nid, "parent": parent, "move": move,
-                    "choice": choice.to_dict() if choice is not None else None,
-                    **({"source": cand.source, "origin": dict(cand.origin)} if choice is None else {}),
-                    "candidate": cand.hash, "summary": summary, "forecast": forecast,
-                    "last_stage": dataclasses.asdict(ev.stages[-1]) if ev.stages else None,
-                    **({"findings": node.findings} if node.findings is not None else {}),
-                    "wall_s": wall, "gpu_seconds": self.budget.gpu_spent})
+    def _teach_surrogate(self, cand: Candidate, status: NodeStatus, speedup: float | None, ev: Evaluation) -> None:
+        """A measured speedup goes back to a surrogate that learns from them (`ScreeningConfig.surrogate_learns`),
+        with its compile record when the surrogate reads those. A resumed search starts that learning afresh: it is
+        soft state, rebuilt from the next measurements."""
+        s = self.screening
+        if s is None or not s.surrogate_learns or not isinstance(s.surrogate, LearnsFromMeasurements):
+            return
+        if status != NodeStatus.MEASURED or not speedup:
+            return
+        comp = ev.stage("compile")
+        if comp is not None and isinstance(s.surrogate, ReadsCompileRecords):
+            s.surrogate.add_compile_records({cand.hash: comp})
+        s.surrogate.observe_candidates(self.problem, [cand], [math.log2(speedup)])
+
+    def _diagnose(self, nid: int, cand: Candidate, ev: Evaluation, status: NodeStatus) -> list[dict[str, Any]]:
+        """The node's findings (counters only for a measured node, in "ncu" mode); a note when counters failed."""
+        metrics, note = self.diagnosis.collect(self.budget, cand) if status == NodeStatus.MEASURED else (None, None)
+        if note:
+            self._emit(ProfileNote(nid, note))
+        return [f.to_dict() for f in self.diagnosis.findings(ev, metrics)]
+
+    # ---- the tree and memory, from a node event (live tells and resume alike) ----
+    def _add(self, e: NodeEvent, choice: Choice | None) -> Node:
+        node = self.tree.add(e.parent, e.move, choice, e.candidate, source=e.source)
+        node.forecast = e.forecast
+        parent = self.tree.nodes[e.parent] if e.parent is not None else None
+        self._step_nodes.append(node)
+        if e.skipped:
+            node.status, node.reason = NodeStatus.SKIPPED, skip_reason(e.forecast)
+            self.memory.record(Attempt(node.candidate, parent.candidate if parent else None, node.move,
+                                       NodeStatus.SKIPPED.value, "", None, node.reason))
+            return node
+        self.summaries[node.nid] = e.summary
+        self._apply(node, e.summary, e.last_stage)
+        if e.findings is not None:
+            node.findings = e.findings
+            self.memory.add_findings([{**f, "candidate": node.candidate, "nid": node.nid} for f in node.findings])
+        self.memory.record(Attempt(node.candidate, parent.candidate if parent else None, node.move,
+                                   node.status.value, node.stage, node.speedup, node.reason),
+                           parent.speedup if parent else None)
+        self.strategy.observe(self.view, node)
         return node
 
-    def _teach_surrogate(self, cand: Candidate, node: Node, ev) -> None:
-        """A measured speedup goes back to a surrogate that learns from them (`observe_candidates`: the learned one
-        shifts its forecasts for this problem by what the measurements say about its offset). A resumed search
-        starts that learning afresh: it is soft state, rebuilt from the next measurements."""
-        observe = getattr(self.surrogate, "observe_candidates", None)
-        if not self.surrogate_learns or observe is None or node.status != "measured" or not node.speedup:
-            return
-        records = getattr(self.surrogate, "compile_records", None)
-        comp = ev.stage("compile")
-        if isinstance(records, dict) and comp is not None and cand.hash not in records:
-            records[cand.hash] = comp
-        observe(self.problem, [cand], [math.log2(node.speedup)])
-
-    def _diagnose(self, node: Node, cand: Candidate, ev) -> None:
-        """The node's findings (counters only for a measured node, in "ncu" mode), on the node and in the memory."""
-        metrics, note = self.diagnosis.collect(self.budget, cand) if node.status == "measured" else (None, None)
-        node.findings = [f.to_dict() for f in self.diagnosis.findings(ev, metrics)]
-        self.memory.add_findings([{**f, "candidate": cand.hash, "nid": node.nid} for f in node.findings])
-        if note:
-            self._emit({"type": "profile_note", "nid": node.nid, "note": note})
-
     @staticmethod
-    def _status(summary: dict[str, Any], last: dict[str, Any] | None) -> str:
-        if last is None:
-            return "failed"
-        if last["verdict"] == "fail":
-            return "failed"
-        if summary.get("speedup_vs_eager"):
-            return "measured"
-        return "refused" if last["verdict"] == "refused" else "passed"
-
-    def _apply(self, node: Node, summary: dict[str, Any], last: dict[str, Any] | None = None) -> None:
-        last = last or (summary["stages"][-1] if summary.get("stages") else None)
-        node.status = self._status(summary, last)
+    def _apply(node: Node, summary: dict[str, Any], last: dict[str, Any] | None) -> None:
+        node.status = status_of(summary, last)
         node.stage = last["name"] if last else ""
         node.reason = last["reason"] if last else ""
         node.speedup = summary.get("speedup_vs_eager")
@@ -313,48 +370,45 @@ class Search:
         node.fidelity = summary.get("fidelity", "")
 
     # ---- events, persistence ----
-    def _emit(self, event: dict[str, Any]) -> None:
-        event = {"seq": len(self.events), **event}
-        self.events.append(event)
+    def _emit(self, event: NodeEvent | StepEvent | ProposalFailed | ProfileNote) -> None:
+        d = dataclasses.replace(event, seq=len(self.events)).to_dict()
+        self.events.append(d)
         if self.store is not None and self.search_id:
-            self.store.put_search_event(self.search_id, event["seq"], json.loads(json.dumps(event, default=str)))
+            self.store.put_search_event(self.search_id, d["seq"], json.loads(json.dumps(d, default=str)))
         for listener in self.listeners:
-            listener(event)
+            listener(d)
 
-    def _resume(self, events: list[dict[str, Any]]) -> None:
-        """Rebuild tree, memory and strategy statistics from stored events (no evaluation is re-run)."""
-        for e in events:
-            if e["type"] == "node":
-                if e.get("source") is not None:  # an LLM-written module
-                    node = self.tree.add(e["parent"], e["move"], None, e["candidate"], source=e["source"])
-                else:
-                    choice = Choice.from_dict(e["choice"])
-                    node = self.tree.add(e["parent"], e["move"], choice, e["candidate"])
-                self.summaries[node.nid] = e["summary"]
-                node.forecast = e.get("forecast")
-                if e.get("skipped"):
-                    node.status = "skipped"
-                    node.reason = f"skipped by the surrogate (confidence {e['forecast']['confidence']:.2f})"
-                    self.memory.record(Attempt(node.candidate, None, node.move, "skipped", "", None, node.reason))
-                    continue
-                self._apply(node, e["summary"], e["last_stage"])
-                if e.get("findings") is not None:
-                    node.findings = e["findings"]
-                    self.memory.add_findings([{**f, "candidate": node.candidate, "nid": node.nid}
-                                              for f in node.findings])
-                parent_speedup = self.tree.nodes[e["parent"]].speedup if e["parent"] is not None else None
-                self.memory.record(Attempt(node.candidate, None, node.move, node.status, node.stage, node.speedup,
-                                           node.reason), parent_speedup)
-                self.tree.backpropagate(node)
-            elif e["type"] == "proposal_failed":
-                self.memory.record(Attempt(e.get("call_id") or "", e.get("parent"), e.get("move", "llm"), "failed",
-                                           "propose", None, e.get("reason", "")))
-            elif e["type"] == "step":
-                self.steps = e["step"]
-        self.events = list(events)
-        for e in events:
-            if "gpu_seconds" in e:
-                self.budget.spent["resumed"] = e["gpu_seconds"]
+    def _resume(self, stored: list[dict[str, Any]]) -> None:
+        """Replay stored events through the live path (no evaluation is re-run): nodes and failed proposals rebuild
+        the tree, the memory and the strategy's statistics, and the stored evaluations the ladder's best quick time;
+        the last step event gives the step count and where the seeded generator was (events written before that was
+        recorded leave it at the seed)."""
+        draws = None
+        for d in stored:
+            e = event_from_dict(d)
+            if isinstance(e, NodeEvent):
+                self._add(e, Choice.from_dict(e.choice) if e.choice is not None else None)
+                self._note_quick_time(e)
+            elif isinstance(e, ProposalFailed):
+                self._add_failure(e)
+            elif isinstance(e, StepEvent):
+                self._close_step()
+                self.steps, draws = e.step, e.rng_draws if e.rng_draws is not None else draws
+        if draws is not None:
+            self.rng.advance(draws)
+        self.events = list(stored)
+        spent = [d["gpu_seconds"] for d in stored if "gpu_seconds" in d]
+        if spent:
+            self.budget.carry_over(float(spent[-1]))
+
+    def _note_quick_time(self, e: NodeEvent) -> None:
+        """The ladder's promotion compares quick times with the best seen: a replayed node's stored evaluation counts,
+        as it did when it was measured."""
+        if e.skipped:
+            return
+        stored = self.store.find_evaluation(self.problem.key, e.candidate, self.device.name, Stage.QUICK_TIMING.value)
+        if stored is not None:
+            self.ladder.note_best(self.problem, stored)
 
     # ---- what a notebook reads ----
     @property
@@ -372,19 +426,21 @@ class Search:
 
     def report(self) -> dict[str, Any]:
         nodes = list(self.tree.nodes.values())
+        statuses = [str(n.status) for n in nodes]
         return {"problem": self.problem.key, "strategy": self.strategy.name, "device": self.device.name,
                 "seed": self.seed, "steps": self.steps, "best": self.best_summary(),
                 "gpu_seconds": self.budget.gpu_spent, "evaluations": self.budget.report()["by_stage"],
-                "proposer": "llm" if self.llm_moves is not None else "offline",
-                "candidates": len(nodes), "by_status": {s: sum(n.status == s for n in nodes)
-                                                        for s in sorted({n.status for n in nodes})},
-                "skipped_by_surrogate": sum(n.status == "skipped" for n in nodes),
-                "surrogate": type(self.surrogate).__name__ if self.surrogate is not None else None,
+                "proposer": "llm" if self.llm is not None else "offline",
+                "candidates": len(nodes), "by_status": {s: statuses.count(s) for s in sorted(set(statuses))},
+                "skipped_by_surrogate": statuses.count(NodeStatus.SKIPPED.value),
+                "surrogate": type(self.screening.surrogate).__name__ if self.screening is not None else None,
                 "findings": self.diagnosis.mode if self.diagnosis is not None else None,
                 "findings_by_tool": dict(Counter(f["tool"] for n in nodes for f in n.findings or []))}
 
 
-def make_search(problem: Problem, device, proposer: str = "offline", llm_client=None, **search_kwargs) -> Search:
+def make_search(problem: Problem, device: Device, proposer: str = "offline", llm_client=None,
+                offline: OfflineProposer | None = None, llm_config=None, max_failed_steps: int = 3,
+                **search_kwargs) -> Search:
     """A `Search` whose children come from the offline proposer (`proposer="offline"`) or from the LLM proposer
     (`proposer="llm"`; the root is still the offline proposer's default point).
 
@@ -392,25 +448,20 @@ def make_search(problem: Problem, device, proposer: str = "offline", llm_client=
     e.g. a recorded test double), wrapped in an `LLMClient`; None builds an `LLMClient` from the environment, which
     raises `workbench.llm.LLMUnavailable` without `ANTHROPIC_API_KEY` (the caller may fall back to "offline"). Calls
     are recorded next to the search's store (`llm_calls`) when a store is given and the client was built here.
-    `search_kwargs` go to `Search` (strategy, budget, store, seed, per_step, policy, search_id, findings="static" for
-    findings-guided moves at no GPU cost, guided_share, ...); `offline=` passes
-    an existing `OfflineProposer`, `llm_config=` an `LLMConfig` for a client built here.
+    `offline`: an existing `OfflineProposer`; `llm_config`: an `LLMConfig` for a client built here;
+    `max_failed_steps`: see `LLMMovesConfig`. `search_kwargs` go to `Search` (strategy, budget, store, seed,
+    per_step, promotion, search_id, screening, findings).
     """
-    offline = search_kwargs.pop("offline", None) or OfflineProposer(problem)
-    llm_config = search_kwargs.pop("llm_config", None)
+    offline = offline or OfflineProposer(problem)
     if proposer == "offline":
         if llm_client is not None:
             raise ValueError("llm_client given with proposer='offline'")
         return Search(problem, device, proposer=offline, **search_kwargs)
     if proposer != "llm":
         raise ValueError(f"unknown proposer '{proposer}' (choose from offline, llm)")
-    from ..llm import LLMClient, LLMProposer
-    from ..llm.recorder import CallRecorder
-    from ..llm.moves import LLMMoves
-
     store = search_kwargs.get("store")
     if llm_client is None or not isinstance(llm_client, LLMClient):
-        recorder = CallRecorder.for_store(store) if store is not None and getattr(store, "path", None) else None
+        recorder = CallRecorder(store) if store is not None else None
         llm_client = LLMClient(llm_config, client=llm_client, recorder=recorder)
     moves = LLMMoves(LLMProposer(problem, llm_client, store=store), offline)
-    return Search(problem, device, proposer=offline, llm_moves=moves, **search_kwargs)
+    return Search(problem, device, proposer=offline, llm=LLMMovesConfig(moves, max_failed_steps), **search_kwargs)

@@ -1,44 +1,89 @@
-"""Search strategies behind one interface: `propose(search, k)` returns up to k (parent node id, move, choice) and
-`observe(search, node)` learns from a finished evaluation. All randomness comes from the search's seeded RNG.
+"""Search strategies behind one interface: `propose(view, k)` returns up to k `Proposal`s (parent node id, move,
+payload) and `observe(view, node)` learns from a told node. A strategy sees the search only through a `SearchView`
+(its tree, seeded RNG, proposer, memory, problem and where children come from), and all its randomness comes from
+that RNG.
 
 - greedy: expand the best measured node;
 - beam: expand the `width` best measured nodes, round robin;
 - evolutionary: tournament selection from the best `population`, crossover of configurations between parents with
   the same fusion pattern, else mutation;
-- mcts: PUCT over the tree (priors from a surrogate when the search has one, uniform otherwise), progressive widening
-  (a node with N visits may have ceil(c * N^alpha) children), log2-speedup rewards, dead subtrees never selected.
+- mcts: PUCT over the tree with a uniform prior over a node's evaluated children, progressive widening (a node with
+  N visits may have ceil(c * N^alpha) children), log2-speedup rewards, dead subtrees never selected.
 
-Children come from `search.child_moves(parent, k)`: the offline proposer's moves over its space, or LLM-written
-candidates (`llm_moves.LLMMoves`, move "llm"). Proposals are compared by `tree.payload_key` (an LLM candidate by its
+Children come from `view.child_moves(parent, k)`: the offline proposer's moves over its space, or LLM-written
+candidates (`llm.moves.LLMMoves`, move "llm"). Proposals are compared by `tree.payload_key` (an LLM candidate by its
 source's content hash). Crossover needs two offline choices: with LLM moves, evolutionary always mutates.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+import random
+from typing import TYPE_CHECKING, Any, Callable
 
-from .tree import Node, payload_key
+from ..core.candidate import Candidate
+from ..core.events import Decision, NodeStatus
+from .memory import SearchMemory
+from .tree import Node, Tree, payload_key
+
+if TYPE_CHECKING:
+    from ..problems.problem import Problem
+    from ..proposers.offline import Choice, OfflineProposer
 
 
-def _new(payload: Any, out: list) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """A point the search proposes: a child of node `parent` (None for the root) reached by `move`, built from
+    `payload` (an offline `Choice`, or an LLM-written `Candidate`). `Search.ask` adds the rendered `candidate` and,
+    when the search screens, the surrogate's `forecast` (a dict, kept on the node) and the policy's `decision`."""
+
+    parent: int | None
+    move: str
+    payload: Choice | Candidate
+    candidate: Candidate | None = None
+    forecast: dict[str, Any] | None = None
+    decision: Decision = Decision.MEASURE
+
+    @property
+    def measure(self) -> bool:
+        """Whether it goes to the device (everything but a surrogate's skip)."""
+        return self.decision != Decision.SKIP
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchView:
+    """What a strategy reads of a search. `child_moves(parent, k)` gives candidate (move, payload) children of a node;
+    `supports_crossover` is False when children are LLM-written (no configurations to cross)."""
+
+    tree: Tree
+    rng: random.Random
+    proposer: OfflineProposer
+    memory: SearchMemory
+    problem: Problem
+    child_moves: Callable[[Node, int], list[tuple[str, Any]]]
+    supports_crossover: bool
+
+
+def _new(payload: Any, out: list[Proposal]) -> bool:
+    """Whether `payload` is not already proposed in `out`."""
     key = payload_key(payload)
-    return all(payload_key(o[2]) != key for o in out)
+    return all(payload_key(o.payload) != key for o in out)
 
 
 class Strategy:
     name = "base"
 
-    def propose(self, search, k: int) -> list[tuple[int | None, str, Any]]:
+    def propose(self, view: SearchView, k: int) -> list[Proposal]:
         raise NotImplementedError
 
-    def observe(self, search, node: Node) -> None:
-        search.tree.backpropagate(node)
+    def observe(self, view: SearchView, node: Node) -> None:
+        view.tree.backpropagate(node)
 
-    def _children_of(self, search, parent: Node, k: int) -> list[tuple[int, str, Any]]:
-        out = []
-        for move, choice in search.child_moves(parent, k):
-            if not search.tree.seen(choice) and _new(choice, out):
-                out.append((parent.nid, move, choice))
+    def _children_of(self, view: SearchView, parent: Node, k: int) -> list[Proposal]:
+        out: list[Proposal] = []
+        for move, payload in view.child_moves(parent, k):
+            if not view.tree.seen(payload) and _new(payload, out):
+                out.append(Proposal(parent.nid, move, payload))
             if len(out) >= k:
                 break
         return out
@@ -47,9 +92,9 @@ class Strategy:
 class Greedy(Strategy):
     name = "greedy"
 
-    def propose(self, search, k):
-        parent = search.tree.best() or search.tree.root
-        return self._children_of(search, parent, k) if parent else []
+    def propose(self, view, k):
+        parent = view.tree.best() or view.tree.root
+        return self._children_of(view, parent, k) if parent else []
 
 
 class Beam(Strategy):
@@ -58,12 +103,12 @@ class Beam(Strategy):
     def __init__(self, width: int = 3):
         self.width = width
 
-    def propose(self, search, k):
-        parents = search.tree.ranked()[: self.width] or [search.tree.root]
-        out: list = []
+    def propose(self, view, k):
+        parents = view.tree.ranked()[: self.width] or [view.tree.root]
+        out: list[Proposal] = []
         per = max(1, math.ceil(k / len(parents)))
         for p in parents:
-            out += [c for c in self._children_of(search, p, per) if _new(c[2], out)]
+            out += [c for c in self._children_of(view, p, per) if _new(c.payload, out)]
         return out[:k]
 
 
@@ -73,26 +118,26 @@ class Evolutionary(Strategy):
     def __init__(self, population: int = 6, crossover_rate: float = 0.4, tournament: int = 3):
         self.population, self.crossover_rate, self.tournament = population, crossover_rate, tournament
 
-    def _select(self, search, pool: list[Node]) -> Node:
-        picks = [search.rng.choice(pool) for _ in range(min(self.tournament, len(pool)))]
+    def _select(self, view: SearchView, pool: list[Node]) -> Node:
+        picks = [view.rng.choice(pool) for _ in range(min(self.tournament, len(pool)))]
         return max(picks, key=lambda n: n.speedup)
 
-    def propose(self, search, k):
-        pool = search.tree.ranked()[: self.population]
+    def propose(self, view, k):
+        pool = view.tree.ranked()[: self.population]
         if not pool:
-            return self._children_of(search, search.tree.root, k) if search.tree.root else []
-        out: list = []
+            return self._children_of(view, view.tree.root, k) if view.tree.root else []
+        out: list[Proposal] = []
         for _ in range(4 * k):
             if len(out) >= k:
                 break
-            a = self._select(search, pool)
-            if len(pool) > 1 and search.supports_crossover and search.rng.random() < self.crossover_rate:
-                b = self._select(search, [n for n in pool if n is not a] or pool)
-                child = search.proposer.crossover(a.choice, b.choice, search.rng)
-                if child is not None and not search.tree.seen(child) and _new(child, out):
-                    out.append((a.nid, "crossover", child))
+            a = self._select(view, pool)
+            if len(pool) > 1 and view.supports_crossover and view.rng.random() < self.crossover_rate:
+                b = self._select(view, [n for n in pool if n is not a] or pool)
+                child = view.proposer.crossover(a.choice, b.choice, view.rng)
+                if child is not None and not view.tree.seen(child) and _new(child, out):
+                    out.append(Proposal(a.nid, "crossover", child))
                     continue
-            out += [c for c in self._children_of(search, a, 1) if _new(c[2], out)]
+            out += [c for c in self._children_of(view, a, 1) if _new(c.payload, out)]
         return out[:k]
 
 
@@ -105,39 +150,38 @@ class MCTS(Strategy):
     def _allowed_children(self, node: Node) -> int:
         return max(1, math.ceil(self.widen_c * (node.visits + 1) ** self.widen_alpha))
 
-    def _score(self, parent: Node, child: Node, total_prior: float) -> float:
-        prior = child.prior / total_prior if total_prior else 1.0
-        explore = self.c_puct * prior * math.sqrt(parent.visits + 1) / (1 + child.visits)
+    def _score(self, parent: Node, child: Node, siblings: int) -> float:
+        """PUCT with a uniform prior (1 / the evaluated siblings)."""
+        explore = self.c_puct * (1.0 / siblings) * math.sqrt(parent.visits + 1) / (1 + child.visits)
         return child.q + explore
 
-    def propose(self, search, k):
-        tree = search.tree
+    def propose(self, view, k):
+        tree = view.tree
         if tree.root is None:
             return []
-        out: list = []
+        out: list[Proposal] = []
         for _ in range(2 * k):
             if len(out) >= k:
                 break
             node = tree.root
             while True:
                 kids = [tree.nodes[c] for c in node.children if not tree.nodes[c].dead]
-                evaluated = [c for c in kids if c.status != "pending"]
+                evaluated = [c for c in kids if c.status != NodeStatus.PENDING]
                 if len(node.children) < self._allowed_children(node) or not evaluated:
-                    new = [c for c in self._children_of(search, node, 1) if _new(c[2], out)]
+                    new = [c for c in self._children_of(view, node, 1) if _new(c.payload, out)]
                     if new:
                         out.append(new[0])
                         break
                     if not evaluated:
                         break
-                total = sum(c.prior for c in evaluated)
-                node = max(evaluated, key=lambda c: self._score(node, c, total))
+                node = max(evaluated, key=lambda c: self._score(node, c, len(evaluated)))
         return out
 
 
 STRATEGIES = {"greedy": Greedy, "beam": Beam, "evolutionary": Evolutionary, "mcts": MCTS}
 
 
-def make(name: str, **kwargs) -> Strategy:
+def make_strategy(name: str, **kwargs) -> Strategy:
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy '{name}' (choose from {', '.join(STRATEGIES)})")
     return STRATEGIES[name](**kwargs)

@@ -5,6 +5,8 @@ import dataclasses
 import math
 from typing import Any
 
+from ..core.events import NodeStatus, best_key
+
 # A failed candidate's reward: below any plausible slowdown (log2 speedup of -2 is 4x slower than eager).
 FAIL_REWARD = -3.0
 
@@ -17,7 +19,7 @@ class Node:
     choice: Any  # the offline proposer's point (OfflineProposer Choice); None for an LLM-written candidate
     candidate: str  # content hash
     depth: int = 0
-    status: str = "pending"  # pending, measured, failed, refused, skipped
+    status: NodeStatus = NodeStatus.PENDING
     stage: str = ""  # last stage reached
     reason: str = ""
     speedup: float | None = None  # vs eager (full timing when reached, else quick)
@@ -26,12 +28,11 @@ class Node:
     fidelity: str = ""
     visits: int = 0
     value_sum: float = 0.0
-    prior: float = 1.0
     children: list[int] = dataclasses.field(default_factory=list)
     dead: bool = False
     forecast: dict[str, Any] | None = None  # the surrogate's forecast when the search screens (kept for calibration)
     source: str | None = None  # an LLM-written candidate's module (choice is None then)
-    findings: list[dict[str, Any]] | None = None  # profiler findings about it (Finding dicts), when the search reads them
+    findings: list[dict[str, Any]] | None = None  # profiler findings (Finding dicts), when the search reads them
 
     @property
     def payload(self) -> Any:
@@ -40,9 +41,9 @@ class Node:
 
     @property
     def reward(self) -> float | None:
-        if self.status == "measured" and self.speedup:
+        if self.status == NodeStatus.MEASURED and self.speedup:
             return math.log2(self.speedup)
-        if self.status == "failed":
+        if self.status == NodeStatus.FAILED:
             return FAIL_REWARD
         return None  # refused / skipped / pending: nothing learned
 
@@ -50,8 +51,15 @@ class Node:
     def q(self) -> float:
         return self.value_sum / self.visits if self.visits else 0.0
 
+    @property
+    def best_key(self) -> tuple[bool, float] | None:
+        """Its rank for "best" (`core.events.best_key`), None when it cannot be best."""
+        return best_key(self.status, self.fidelity, self.speedup)
+
     def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("choice", "children", "source")}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("choice", "children", "source")}
+        out["status"] = str(self.status)  # a plain string in frames and parquet
+        return out
 
 
 def payload_key(payload: Any) -> Any:
@@ -85,11 +93,12 @@ class Tree:
         return payload_key(choice) in self.by_choice
 
     def measured(self) -> list[Node]:
-        return [n for n in self.nodes.values() if n.status == "measured" and n.speedup]
+        return [n for n in self.nodes.values() if n.best_key is not None]
 
     def best(self) -> Node | None:
+        """The best node by `core.events.best_key` (full timing before quick, then the highest speedup)."""
         m = self.measured()
-        return max(m, key=lambda n: (n.fidelity == "full_timing", n.speedup)) if m else None
+        return max(m, key=lambda n: n.best_key) if m else None
 
     def ranked(self) -> list[Node]:
         return sorted(self.measured(), key=lambda n: -n.speedup)
@@ -115,10 +124,10 @@ class Tree:
         """A subtree that only fails is a dead end: a failed node whose children are all dead is dead."""
         for n in self.path(node.nid):
             kids = [self.nodes[c] for c in n.children]
-            if n.status == "failed" and all(k.dead for k in kids):
+            if n.status == NodeStatus.FAILED and all(k.dead for k in kids):
                 n.dead = True
 
     def to_frame(self):
-        import pandas as pd
+        import pandas as pd  # only a notebook asks for a frame
 
         return pd.DataFrame([n.summary() for n in self.nodes.values()])

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from ..search.search import Search
+from ..core import events as ev
+from ._plotly import graph_objects
 from .search_tree import node_events
+
+if TYPE_CHECKING:  # a Search loads torch and triton; the views only read its events
+    from ..search.search import Search
 
 
 @dataclasses.dataclass
 class BudgetCurveInfo:
     """A step function, one point per node event: cumulative GPU-seconds after the node, and the best speedup vs
-    eager so far (the rule of `Tree.best`: full-timing results before quick ones). `best` is None until a node was
-    timed; on a device that refuses timing (the CPU) it stays None."""
+    eager so far (`core.events.best_key`, the rule of `Tree.best`: full-timing results before quick ones). `best` is
+    None until a node was timed; on a device that refuses timing (the CPU) it stays None."""
     gpu_seconds: list[float]
     best: list[float | None]
     nids: list[int]
@@ -29,17 +33,13 @@ class BudgetCurveInfo:
 def get_budget_curve_info(search_or_events: Search | Iterable[dict[str, Any]]) -> BudgetCurveInfo:
     xs, ys, nids, bests = [], [], [], []
     key, best, best_nid = None, None, None
-    for e in node_events(search_or_events):
-        s = (e.get("summary") or {})
-        sp = s.get("speedup_vs_eager")
-        last = e.get("last_stage")
-        if sp and last is not None and last.get("verdict") != "fail":
-            k = (s.get("fidelity") == "full_timing", sp)
-            if key is None or k > key:
-                key, best, best_nid = k, sp, e["nid"]
-        xs.append(float(e.get("gpu_seconds") or 0.0))
+    for e in ev.node_events(node_events(search_or_events)):
+        k = e.best_key
+        if k is not None and (key is None or k > key):
+            key, best, best_nid = k, e.speedup, e.nid
+        xs.append(e.gpu_seconds)
         ys.append(best)
-        nids.append(e["nid"])
+        nids.append(e.nid)
         bests.append(best_nid)
     return BudgetCurveInfo(xs, ys, nids, bests)
 
@@ -47,8 +47,6 @@ def get_budget_curve_info(search_or_events: Search | Iterable[dict[str, Any]]) -
 def plot_budget_curve(infos: BudgetCurveInfo | dict[str, BudgetCurveInfo], title: str = "best speedup vs GPU budget"):
     """One step line per run (`{label: info}`, e.g. one per strategy or seed); a single info is drawn alone. Points
     before anything was timed are left out, so a run that timed nothing draws an empty trace."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     if isinstance(infos, BudgetCurveInfo):
         infos = {"search": infos}

@@ -4,10 +4,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.records import StageRecord
-from ..search.search import Search
+
+if TYPE_CHECKING:  # a Search loads torch and triton; this view only reads one
+    from ..search.search import Search
+    from ..search.tree import Node
 
 
 @dataclasses.dataclass
@@ -33,8 +36,8 @@ class NodeDetailInfo:
 
 def get_node_detail_info(search: Search, nid: int | None = None) -> NodeDetailInfo:
     """Node `nid` (default: the best node, else the latest). Sources are rendered again from the node's point by the
-    search's proposer (rendering is deterministic, so this is the text that was evaluated); the last stage record
-    comes from the node's event."""
+    search's proposer (rendering is deterministic, so this is the text that was evaluated), or are the node's own
+    for an LLM-written module; the last stage record comes from the node's event."""
     if nid is None:
         if not search.tree.nodes:
             raise KeyError("the search has no nodes yet: step it first")
@@ -42,9 +45,9 @@ def get_node_detail_info(search: Search, nid: int | None = None) -> NodeDetailIn
     if nid not in search.tree.nodes:
         raise KeyError(f"no node {nid} in this search (it has {len(search.tree.nodes)} nodes)")
     node = search.tree.nodes[nid]
-    source = search.proposer.render(node.choice).source
+    source = _source(search, node)
     parent = search.tree.nodes[node.parent] if node.parent is not None else None
-    parent_source = search.proposer.render(parent.choice).source if parent is not None else None
+    parent_source = _source(search, parent) if parent is not None else None
     diff = ""
     if parent_source is not None:
         diff = "".join(difflib.unified_diff(parent_source.splitlines(keepends=True), source.splitlines(keepends=True),
@@ -57,6 +60,10 @@ def get_node_detail_info(search: Search, nid: int | None = None) -> NodeDetailIn
                           node.fidelity, node.speedup, node.speedup_vs_compile, node.candidate_ms,
                           parent.speedup if parent is not None else None, choice, source, parent_source, diff,
                           StageRecord.from_dict(last) if last else None)
+
+
+def _source(search: Search, node: Node) -> str:
+    return node.source if node.source is not None else search.proposer.render(node.choice).source
 
 
 def _x(v: float | None) -> str:

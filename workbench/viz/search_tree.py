@@ -1,15 +1,20 @@
 """The search tree as data (`get_search_tree_info`) and as a plotly icicle or treemap (`plot_search_tree`).
 
 The info is computed from the search's node events, so a live `Search`, a list of events, or the events a store
-holds for a finished search (`Store.search_events`) all give the same picture.
+holds for a finished search (`Store.search_events`) all give the same picture; what an event means (status, "best")
+is `workbench.core.events`'s.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from ..search.search import Search
+from ..core import events as ev
+from ._plotly import graph_objects, sample_colorscale
+
+if TYPE_CHECKING:  # a Search loads torch and triton; the views only read its events
+    from ..search.search import Search
 
 LABEL_WIDTH = 48
 FAILED_COLOUR = "#9e9e9e"  # failed nodes: grey
@@ -23,7 +28,7 @@ class SearchTreeInfo:
     parents: list[int | None]
     labels: list[str]  # "#<nid> <what changed>", e.g. "#1 g0:ROWS_PER_PROGRAM=1" (the root lists its full config)
     moves: list[str]
-    status: list[str]  # measured, failed, refused, passed
+    status: list[str]  # measured, failed, refused, passed, skipped (`core.events.NodeStatus`)
     stage: list[str]  # last stage reached
     reason: list[str]
     fidelity: list[str]
@@ -39,16 +44,16 @@ class SearchTreeInfo:
 
     @property
     def best(self) -> int | None:
-        """The node `Tree.best` would pick: full-timing results before quick ones, then the highest speedup."""
-        timed = [i for i, (st, s) in enumerate(zip(self.status, self.speedup)) if st == "measured" and s]
-        if not timed:
-            return None
-        return self.ids[max(timed, key=lambda i: (self.fidelity[i] == "full_timing", self.speedup[i]))]
+        """The node `Tree.best` picks (`core.events.best_key`)."""
+        keys = [(k, i) for i, k in enumerate(map(ev.best_key, self.status, self.fidelity, self.speedup))
+                if k is not None]
+        return self.ids[max(keys, key=lambda ki: ki[0])[1]] if keys else None
 
 
 def node_events(search_or_events: Search | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node events (stored dicts) of a search, or among a list of events."""
     events = search_or_events.events if hasattr(search_or_events, "events") else search_or_events
-    return [e for e in events if e.get("type") == "node"]
+    return [e for e in events if e.get("type") == ev.NodeEvent.type]
 
 
 def _short(v: Any) -> str:
@@ -74,32 +79,33 @@ def choice_label(choice: dict[str, Any], parent: dict[str, Any] | None = None, w
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _label(e: ev.NodeEvent, parent_choice: dict[str, Any] | None) -> str:
+    """An offline point's change against its parent's; an LLM-written module's move (it has no point)."""
+    return f"#{e.nid} " + (choice_label(e.choice, parent_choice) if e.choice is not None else f"({e.move})")
+
+
 def get_search_tree_info(search_or_events: Search | Iterable[dict[str, Any]]) -> SearchTreeInfo:
-    events = node_events(search_or_events)
-    choices = {e["nid"]: e["choice"] for e in events}
+    events = ev.node_events(node_events(search_or_events))
+    choices = {e.nid: e.choice for e in events}
     cols: dict[str, list] = {f.name: [] for f in dataclasses.fields(SearchTreeInfo)}
     for e in events:
-        summary, last = e.get("summary") or {}, e.get("last_stage")
-        parent = e.get("parent")
-        cols["ids"].append(e["nid"])
-        cols["parents"].append(parent)
-        cols["labels"].append(f"#{e['nid']} " + choice_label(e["choice"], choices.get(parent) if parent is not None
-                                                             else None))
-        cols["moves"].append(e.get("move", ""))
-        cols["status"].append(Search._status(summary, last))
+        last = e.last_stage
+        cols["ids"].append(e.nid)
+        cols["parents"].append(e.parent)
+        cols["labels"].append(_label(e, choices.get(e.parent) if e.parent is not None else None))
+        cols["moves"].append(e.move)
+        cols["status"].append(str(e.status))
         cols["stage"].append(last["name"] if last else "")
-        cols["reason"].append(last["reason"] if last else "")
-        cols["fidelity"].append(summary.get("fidelity", ""))
-        cols["speedup"].append(summary.get("speedup_vs_eager"))
-        cols["candidates"].append(e.get("candidate", ""))
+        cols["reason"].append(last["reason"] if last else ev.skip_reason(e.forecast) if e.skipped else "")
+        cols["fidelity"].append(e.fidelity)
+        cols["speedup"].append(e.speedup)
+        cols["candidates"].append(e.candidate)
     return SearchTreeInfo(**cols)
 
 
 def node_colours(info: SearchTreeInfo, scale: str = "RdBu") -> list[str]:
     """A colour per node: log2 speedup on a diverging scale centred on 1x (blue faster, red slower; the range is
     symmetric, at least 2x either way), failed nodes grey, untimed nodes pale."""
-    from ._plotly import sample_colorscale
-
     logs = [v for v in info.log2_speedup if v is not None]
     span = max([1.0] + [abs(v) for v in logs])
     out = []
@@ -116,8 +122,6 @@ def node_colours(info: SearchTreeInfo, scale: str = "RdBu") -> list[str]:
 def plot_search_tree(info: SearchTreeInfo, kind: str = "icicle", title: str | None = None):
     """An icicle (or `kind="treemap"`) of the tree: one point per node, coloured by log2 speedup (failed grey);
     hovering shows the move, status, stage and reason, and the speedup."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     if kind not in ("icicle", "treemap"):
         raise ValueError(f"kind must be 'icicle' or 'treemap', got '{kind}'")
