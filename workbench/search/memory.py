@@ -16,8 +16,8 @@ from typing import Any
 
 @dataclasses.dataclass
 class Attempt:
-    candidate: str
-    parent: str | None
+    candidate: str  # content hash (a failed LLM proposal: its call id)
+    parent: str | None  # the parent's content hash (None for the root)
     move: str  # "root", "config:g0", "fuse:addmm", "crossover", ...
     outcome: str  # "measured", "failed", "refused", "skipped"
     stage: str  # last stage reached
