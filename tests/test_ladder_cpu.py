@@ -84,8 +84,8 @@ def test_device_worker_recovers_from_crash_and_hang(cpu, tmp_path):
     """Past the compile stage (which runs forward on meta tensors), a candidate that dies or spins on real data is
     recorded as failed and the next candidate runs on a fresh worker."""
     problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
-    crash = _runtime_case(tmp_path, "        if x.device.type != 'meta':\n            import os\n            os.abort()\n"
-                                    "        return x")
+    crash = _runtime_case(tmp_path, "        if x.device.type != 'meta':\n            import os\n"
+                                    "            os.abort()\n        return x")
     recs = cpu.run_stages(problem, crash, ["correctness"])
     assert recs[-1].verdict == FAIL and "crashed" in recs[-1].reason and "SIGABRT" in recs[-1].reason
     hang = _runtime_case(tmp_path, "        while x.device.type != 'meta':\n            pass\n        return x")

@@ -368,7 +368,8 @@ def test_judge_does_not_widen_an_fp32_reference():
 @pytest.mark.parametrize("cand, ref, reason", [
     ((torch.ones(4), torch.ones(4)), torch.ones(4), "wrong shape: the candidate returned 2 tensor(s), the reference 1"),
     (torch.ones(3), torch.ones(4), "wrong shape: output 0 is (3,), expected (4,)"),
-    (torch.ones(4, dtype=torch.float64), torch.ones(4), "wrong dtype: output 0 is torch.float64, expected torch.float32"),
+    (torch.ones(4, dtype=torch.float64), torch.ones(4),
+     "wrong dtype: output 0 is torch.float64, expected torch.float32"),
     (torch.full((4,), float("nan")), torch.ones(4), "nan in output: 4 of 4 elements are NaN where the reference is "
                                                     "finite"),
 ])

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
-
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..core import ceilings
 from ..core.candidate import Candidate

@@ -19,8 +19,8 @@ import re
 import time
 from typing import Any, Callable
 
-from ..core.safe_ast import PARSE_LOCK
 from ..core.records import FAIL, PASS, Stage, StageRecord
+from ..core.safe_ast import PARSE_LOCK
 
 ERROR, WARNING = "error", "warning"
 FuncDef = (ast.FunctionDef, ast.AsyncFunctionDef)

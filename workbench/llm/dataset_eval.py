@@ -3,8 +3,8 @@
 The evaluation works on `features.training_table` rows (problem key, candidate hash, measured outcome), and the
 surrogates there answer `predict_frame(rows)`. The LLM needs each candidate's source, which the dataset does not store:
 it stores the offline proposer's choice, and `regenerates` says whether that choice still renders to the recorded
-hash (experiments/export_dataset.py). `workbench.proposers.recorded.DatasetSources` renders those and checks the hash again; a row without a
-regenerable source is refused with the reason, never forecast from something else.
+hash (experiments/export_dataset.py). `workbench.proposers.recorded.DatasetSources` renders those and checks the hash
+again; a row without a regenerable source is refused with the reason, never forecast from something else.
 
 `LLMRowsSurrogate` is the adapter: `fit` is a no-op (nothing is trained: every split is held out for it alike),
 `predict_frame` asks `LLMSurrogate.forecast` once per problem (its candidates share the cached prompt prefix) and
@@ -17,8 +17,8 @@ import math
 
 import pandas as pd
 
+from ..core.outcomes import BINS, expected_log2
 from ..proposers.recorded import DatasetSources
-from ..core.outcomes import BINS
 from .surrogate import LLMSurrogate
 
 
@@ -32,8 +32,6 @@ class LLMRowsSurrogate:
         return self  # nothing to train: the model is used as it is
 
     def predict_frame(self, table: pd.DataFrame) -> pd.DataFrame:
-        from ..core.outcomes import expected_log2
-
         missing = ~self.sources.available(table)
         if missing.any():
             raise ValueError(f"{int(missing.sum())} of {len(table)} rows have no regenerable source for the LLM "

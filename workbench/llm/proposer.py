@@ -81,8 +81,9 @@ class LLMProposer:
 
     def stable_prompt(self) -> str:
         fams = "\n".join(f.text() for f in self.families)
-        return (f"{INSTRUCTIONS}\n\n## Reference problem `{self.problem.name}`\n```python\n{self.problem.source.strip()}"
-                f"\n```\n\n## Kernel families of this workbench that fit this problem\n{fams}")
+        return (f"{INSTRUCTIONS}\n\n## Reference problem `{self.problem.name}`\n```python\n"
+                f"{self.problem.source.strip()}\n```\n\n"
+                f"## Kernel families of this workbench that fit this problem\n{fams}")
 
     def user_prompt(self, parent_source: str | None = None, measurements: Any = None, findings_text: str = "",
                     memory_text: str = "") -> str:

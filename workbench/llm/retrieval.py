@@ -12,9 +12,10 @@ evaluations with the best `speedup_vs_eager`, one per candidate.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from typing import Any, Callable
+
+from ..kernels import attention, elementwise, gemm, memory, reduce
 
 _WORD = re.compile(r"[a-z][a-z0-9]+")
 HINTS = {
@@ -27,6 +28,7 @@ HINTS = {
                     "elementwise", "pointwise"},
 }
 ORDER = ("elementwise", "gemm", "reduce", "memory", "attention")  # tie-break: earlier wins
+MODULES = {"elementwise": elementwise, "gemm": gemm, "reduce": reduce, "memory": memory, "attention": attention}
 _STOP = {"the", "and", "for", "with", "from", "that", "this", "one", "each", "are", "its", "into", "per", "when",
          "torch", "import", "return", "self", "def", "class", "none", "true", "false", "float32", "shape", "size"}
 
@@ -34,19 +36,15 @@ _STOP = {"the", "and", "for", "with", "from", "that", "this", "one", "each", "ar
 def _example(family: str) -> tuple[Any, Any, Any]:
     """(family object, spec, name) of a small representative kernel."""
     if family == "elementwise":
-        from ..kernels.elementwise import ElementwiseFamily, ElementwiseInput, ElementwiseSpec
-        return ElementwiseFamily(), ElementwiseSpec("tl.maximum(x * 2.0 + b, 0.0)", (
-            ElementwiseInput("x", "flat"), ElementwiseInput("b", "lastdim")), "float32", 1 << 20, 2), "scale_relu"
+        return elementwise.ElementwiseFamily(), elementwise.ElementwiseSpec("tl.maximum(x * 2.0 + b, 0.0)", (
+            elementwise.ElementwiseInput("x", "flat"), elementwise.ElementwiseInput("b", "lastdim")), "float32",
+            1 << 20, 2), "scale_relu"
     if family == "gemm":
-        from ..kernels import gemm
         return gemm, gemm.GemmSpec("bfloat16", "bfloat16"), "matmul"
     if family == "reduce":
-        from ..kernels import reduce
         return reduce.ROW_REDUCE, reduce.RowSpec("softmax", 4096, "float32"), "softmax"
     if family == "memory":
-        from ..kernels import memory
         return memory.PERMUTE, memory.PermuteSpec((32, 64, 128), (0, 2, 1), "float32"), "transpose"
-    from ..kernels import attention
     return attention, attention.AttentionSpec(64, "bfloat16", True), "flash_attn"
 
 
@@ -64,7 +62,7 @@ class FamilyDoc:
 
 
 def family_doc(name: str) -> FamilyDoc:
-    mod = importlib.import_module(f"workbench.kernels.{name}")
+    mod = MODULES[name]
     try:
         fam, spec, kname = _example(name)
         r = fam.render(spec, fam.default(spec), kname)
@@ -84,7 +82,7 @@ def rank_families(problem_source: str, problem_name: str = "") -> list[tuple[str
     words = tokens(problem_source + " " + problem_name.replace("_", " ") + " " + problem_name)
     scores = {}
     for name in ORDER:
-        doc = importlib.import_module(f"workbench.kernels.{name}").__doc__ or ""
+        doc = MODULES[name].__doc__ or ""
         doc_words = {w for w in tokens(doc + " " + name) if len(w) >= 4 and w not in _STOP}
         scores[name] = 3 * len(words & HINTS[name]) + len(words & doc_words - _STOP)
     return sorted(scores.items(), key=lambda kv: (-kv[1], ORDER.index(kv[0])))

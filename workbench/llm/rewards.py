@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.outcomes import BINS, FAILS, outcome_index
+from ..core.records import FAIL, Stage
 from .surrogate import anchor_source, forecast_prompts
 
 ANCHORS = {"eager": "speedup_vs_eager", "compile": "speedup_vs_compile"}
@@ -68,7 +69,8 @@ def correctness_reward(forecast: Any, failed: bool) -> float:
 def _failed(stages_json: str) -> bool:
     """Failed for a reason of the candidate's own (static, compile or correctness), not refused or out of budget."""
     stages = json.loads(stages_json)
-    return any(s.get("verdict") == "fail" and s.get("name") in ("static", "compile", "correctness") for s in stages)
+    own = (Stage.STATIC, Stage.COMPILE, Stage.CORRECTNESS)
+    return any(s.get("verdict") == FAIL and s.get("name") in own for s in stages)
 
 
 def export_pairs(store: Any, path: str | Path, anchor: str = "eager") -> int:

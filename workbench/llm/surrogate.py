@@ -20,8 +20,8 @@ import concurrent.futures
 from typing import Any, Sequence
 
 from ..core.candidate import Candidate
-from .client import LLMClient
 from ..core.outcomes import BINS, Forecast
+from .client import LLMClient
 from .parsing import ParsedForecast, extract_forecast
 
 INSTRUCTIONS = f"""\

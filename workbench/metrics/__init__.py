@@ -13,5 +13,5 @@ from .ranking import kendall_tau, pairwise_accuracy, per_pool, spearman_rho
 from .selectivity import aurc, risk_coverage, threshold_for_risk
 
 __all__ = ["aurc", "bin_accuracy", "brier_multiclass", "budget_recall", "expected_calibration_error", "kendall_tau",
-           "measurements_to_reach", "median_abs_log2_error", "nll_multiclass", "pairwise_accuracy", "per_pool", "reliability_table",
-           "risk_coverage", "spearman_rho", "threshold_for_risk", "to_bin", "within_one_bin"]
+           "measurements_to_reach", "median_abs_log2_error", "nll_multiclass", "pairwise_accuracy", "per_pool",
+           "reliability_table", "risk_coverage", "spearman_rho", "threshold_for_risk", "to_bin", "within_one_bin"]

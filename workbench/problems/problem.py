@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.safe_ast import parse
-from .loader import (ProblemError, call_factory, load_module, parse_override, resolve_path, source_hash)
+from .loader import ProblemError, call_factory, load_module, parse_override, resolve_path, source_hash
 
 
 @functools.lru_cache(maxsize=4096)
@@ -21,8 +21,9 @@ def _key(name: str, source: str, precision: str) -> str:
     # computed once per source: the key is read on every store lookup, from several threads on a multi-GPU device
     return f"{name}@{source_hash(ast.unparse(parse(source)) + '|' + precision)}"
 
-# Precisions a problem runs under. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix units for
-# fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
+
+# Precisions a problem runs under. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix
+# units for fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
 PRECISIONS = ("strict", "tf32")
 
 

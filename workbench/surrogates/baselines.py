@@ -22,11 +22,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..core.outcomes import BINS, FAILS, MIDPOINTS, from_log2
 from ..core.records import FAIL, PASS, StageRecord
 from ..metrics.bins import to_bin
 from ..problems.analysis import ProblemCounts
 from .features import default_ceilings
-from ..core.outcomes import BINS, FAILS, MIDPOINTS, from_log2
 from .roofline import RooflineSurrogate
 
 N_OUT = len(BINS)

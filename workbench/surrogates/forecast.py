@@ -8,7 +8,6 @@ from ..core.outcomes import Forecast
 from ..problems.problem import Problem
 
 
-
 @runtime_checkable
 class Surrogate(Protocol):
     """Anything that forecasts candidates of a problem relative to an anchor kernel ("eager": the PyTorch reference)."""

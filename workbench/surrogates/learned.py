@@ -11,8 +11,9 @@ Components, all on `workbench.surrogates.features` columns:
   unseen problem meets) and "known" (rows held out at random: what a training problem's other candidates meet).
   Per regime sigma = sqrt((a * bag sd)^2 + b^2), (a, b) maximising the Gaussian likelihood of the residuals (a
   conformal-style scaling of sigma); p_fail through isotonic regression; for known problems the Forecast's top
-  probability through isotonic regression on whether the argmax was right. (For new problems that map did not
-  transfer: fitted on a dozen training problems, it raised held-out ECE, so only sigma is scaled there.)
+  probability through isotonic regression on whether the argmax was right (for new problems only sigma is scaled:
+  a map fitted on a few training problems does not transfer; results/surrogates/report.md, the `learned+iso_new`
+  ablation).
 - out-of-distribution check: how far a candidate's standardised features lie outside the training range
   (`Distances.excess`), in units of what 95 % of held-out training problems stay within; beyond 1 (farther out than
   anything calibration saw) the forecast is mixed towards the training outcome frequencies, weight
@@ -35,10 +36,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.candidate import Candidate
+from ..core.outcomes import BINS, EDGES, Forecast
 from ..metrics.bins import to_bin
+from ..metrics.selectivity import threshold_for_risk
 from ..problems.problem import Problem
 from .features import default_ceilings, feature_columns, features_from_live, live_problem_info
-from ..core.outcomes import BINS, EDGES, FAILS, Forecast
 
 FORMAT = 1
 N_OUT = len(BINS)
@@ -357,8 +359,6 @@ class LearnedSurrogate:
     def tau(self, max_risk: float = 0.3) -> float:
         """The selective policy's threshold, from the risk-coverage curve of held-out-problem forecasts: the lowest
         confidence whose accepted forecasts have a bin-error rate <= max_risk (+inf: defer everything)."""
-        from ..metrics.selectivity import threshold_for_risk
-
         v = getattr(self, "validation", None)
         if v is None:
             raise ValueError("this surrogate kept no validation forecasts: retrain it to derive tau")
@@ -386,6 +386,10 @@ class LearnedSurrogate:
         """`observe` for live candidates (compile facts from `self.compile_records`)."""
         if candidates:
             self.observe(self._live_features(problem, candidates), log2_speedup)
+
+    def add_compile_records(self, records: Mapping[str, Any]) -> None:
+        """Compile records (candidate hash -> compile StageRecord) for `forecast`, e.g. a search's compile-ahead."""
+        self.compile_records.update(records)
 
     def forget(self, problem_key: str | None = None) -> None:
         """Drop what `observe` learnt (for one problem, or all)."""

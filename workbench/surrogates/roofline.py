@@ -24,10 +24,10 @@ import math
 from typing import Any, Mapping
 
 from ..core.candidate import Candidate
+from ..core.outcomes import Forecast, from_log2
 from ..core.records import FAIL, StageRecord
 from ..problems.analysis import ProblemCounts, count
 from ..problems.problem import Problem
-from ..core.outcomes import Forecast, from_log2
 
 DEFAULT_EFFICIENCY = {"memory": 0.8, "compute": 0.6}
 
@@ -74,6 +74,10 @@ class RooflineSurrogate:
         self.p_fail_compile_failed = p_fail_compile_failed
         self.spill_factor = spill_factor
         self._counts: dict[Any, ProblemCounts] = {}
+
+    def add_compile_records(self, records: Mapping[str, StageRecord]) -> None:
+        """Compile records (candidate hash -> compile StageRecord) for `forecast`, e.g. a search's compile-ahead."""
+        self.compile_records.update(records)
 
     def counts(self, problem: Problem) -> ProblemCounts:
         """`count(problem)`, cached per problem identity (counting traces the reference on meta tensors)."""

@@ -2,10 +2,10 @@
 
 Runs only inside a spawned CPU worker (`devices.worker`), whose environment is set before torch and triton are imported.
 Inside, Triton is pointed at a stand-in driver that reports an sm_90 target; the candidate is imported, `ModelNew` built
-and its forward run on *meta* tensors (shapes only, any size). Each launch is intercepted and compiled with Triton's
-own binder (`JITFunction.run(..., warmup=True)`), so the specialisation is the one a real launch would make; an
-autotuned kernel has every config compiled. Nothing is launched. From each kernel it reads registers, spills and local
-memory (cuobjdump -res-usage on the cubin), shared memory, warps, stages and PTX facts (wgmma, TMA, mma); the parent
+and its forward run on *meta* tensors (shapes only, any size). Each launch is intercepted and compiled with Triton's own
+binder (`JITFunction.run(..., warmup=True)`), so the specialisation is the one a real launch would make; an autotuned
+kernel has every config compiled. Nothing is launched. From each kernel it reads registers, spills and local memory
+(cuobjdump -res-usage on the cubin), shared memory, warps, stages and PTX facts (wgmma, TMA, mma); the parent
 (`harness.compile.judge`) decides.
 """
 from __future__ import annotations

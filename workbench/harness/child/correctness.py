@@ -9,14 +9,15 @@ run a second time on the same inputs (results that change between runs fail as n
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-from .. import tolerance as tol_mod
 from ...core.records import FAIL, INCONCLUSIVE, PASS
-from .execution import (ModelPair, clone, degenerate_inputs, make_inputs, nbytes, poison, reference_rounding,
-                        run_model, same_inputs, set_precision, tensors)
+from .. import tolerance as tol_mod
+from .execution import (ModelPair, clone, degenerate_inputs, make_inputs, nbytes, poison, reference_rounding, run_model,
+                        same_inputs, set_precision, tensors)
 from .judge import judge_outputs
 
 SEED_BASE = 1234
@@ -56,7 +57,7 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
             return _fail(f"input mutated: the candidate changed input(s) {mutated} (seed {seed})", seed=seed)
         input_dtypes = [t.dtype for t in tensors(inputs) if t.is_floating_point()]
         judged = judge_outputs(cand_out, ref_out, precision, input_dtypes + state_dtypes, tol_overrides,
-                               rounding=lambda: reference_rounding(models, snapshot, ref_out))
+                               rounding=functools.partial(reference_rounding, models, snapshot, ref_out))
         if not judged.ok:
             return _fail(f"{judged.failure} (seed {seed})", seed=seed, outputs=judged.outputs)
         widened = widened or judged.widened

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import sandbox
 from ...problems.problem import Problem
+from . import sandbox
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
 
@@ -43,8 +43,7 @@ def set_precision(precision: str) -> None:
 def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> ModelPair:
     init = problem.init_inputs()
     torch.manual_seed(seed)
-    # built on the device: initialising large weights on the host and copying them over cost seconds per candidate
-    # (a 32768 x 4096 embedding: ~2 s), more than its correctness checks
+    # built on the device: large weights initialised on the host and copied over can cost more than the checks
     with torch.device(device):
         reference = problem.make_reference(init)
     reference = reference.to(device).eval()

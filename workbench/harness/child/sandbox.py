@@ -8,6 +8,7 @@ the saved ones: any difference is tampering, the task fails and the worker is re
 from __future__ import annotations
 
 import builtins
+import inspect
 import itertools
 import platform
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ...problems.loader import import_file
 
 # (owner, attribute) pairs a cheating candidate would want to patch.
 _SENSITIVE: list[tuple[Any, str]] = [
@@ -99,8 +102,6 @@ def describe_environment() -> dict[str, Any]:
 
 def import_candidate(path: str | Path) -> Any:
     """Import a candidate file under a fresh module name; return its ModelNew class."""
-    from ...problems.loader import import_file
-
     p = Path(path)
     mod = import_file(p, f"_wb_cand_{p.stem}_{next(_counter)}")
     cls = getattr(mod, "ModelNew", None)
@@ -111,8 +112,6 @@ def import_candidate(path: str | Path) -> Any:
 
 def check_constructor(cls: Any, init_inputs: list[Any]) -> None:
     """ModelNew must take the reference's constructor arguments (the KernelBench convention)."""
-    import inspect
-
     try:
         inspect.signature(cls).bind(*init_inputs)
     except TypeError as e:

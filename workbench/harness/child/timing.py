@@ -15,6 +15,7 @@ Method, chosen so that a candidate cannot make itself look fast:
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Any
 
@@ -143,7 +144,7 @@ def measure(models: ModelPair, stage: str, floor_ms: float | None = None, seed: 
     inputs, ref_out = sets[last_set], ref_outs[last_set]
     judged = judge_outputs(last["candidate"], ref_out, models.problem.effective_precision,
                            [t.dtype for t in tensors(inputs) if t.is_floating_point()],
-                           rounding=lambda: reference_rounding(models, inputs, ref_out))
+                           rounding=functools.partial(reference_rounding, models, inputs, ref_out))
     if not judged.ok:
         return {"verdict": FAIL, "reason": f"output mismatch during timing: {judged.failure}", "data": {}}
 

@@ -1,0 +1,91 @@
+"""HARNESS_VERSION against the code of the harness's rules.
+
+A store reuses an evaluation only under the same HARNESS_VERSION, so a change to what the harness accepts or how it
+times must come with a bump. The rules' code (the worker side, the tolerances, the static and compile judges) is held
+here to a digest per version, normalised through `ast` so comments, docstrings and formatting do not count. When it
+changes, decide: a change that could alter a verdict or a measured time bumps HARNESS_VERSION and records the new
+digests under the new version; one that cannot (a rename, a refactor) records them under the same version.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+import workbench
+
+HARNESS = Path(workbench.__file__).resolve().parent / "harness"
+RULES = ("child/*.py", "tolerance.py", "static.py", "compile.py")
+
+# version -> {file under workbench/harness: digest of its normalised code}. Version "1"'s digests were recorded when
+# the guard was added, after correctness and timing came to share one output judge (no verdict changed).
+GOLDEN = {
+    "1": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "0bcaf775ca369804",
+        "child/correctness.py": "70d8b1ec472bb73a",
+        "child/device_stages.py": "500464db89eeb6c9",
+        "child/execution.py": "fd068145c3516ad9",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/judge.py": "9576bddc6ba020b4",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "7828839d1493d3c6",
+        "compile.py": "4222ebf92178a5f2",
+        "static.py": "60d9de4ea2ebb2b8",
+        "tolerance.py": "86c0579181a88d2e",
+    },
+}
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            if _is_docstring(node.body[0]):
+                node.body = node.body[1:]
+    return tree
+
+
+def _canonical(node) -> str:
+    """The tree as text, without positions and without empty fields (so Python versions that add a field, empty by
+    default, give the same text)."""
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_canonical(value)}" for name, value in ast.iter_fields(node) if value not in (None, [])]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_canonical(v) for v in node)}]"
+    return repr(node)
+
+
+def normalised(source: str) -> str:
+    return _canonical(_strip_docstrings(ast.parse(source)))
+
+
+def rules_digests() -> dict[str, str]:
+    files = sorted({p for pattern in RULES for p in HARNESS.glob(pattern)})
+    return {p.relative_to(HARNESS).as_posix(): hashlib.sha256(normalised(p.read_text()).encode()).hexdigest()[:16]
+            for p in files}
+
+
+def test_the_harness_rules_match_their_version():
+    version, digests = workbench.HARNESS_VERSION, rules_digests()
+    table = "{\n" + "".join(f'        "{f}": "{d}",\n' for f, d in digests.items()) + "    }"
+    golden = GOLDEN.get(version)
+    assert golden is not None, (f"HARNESS_VERSION {version!r} has no recorded digests: record them in GOLDEN of "
+                                f"{Path(__file__).name}:\n    \"{version}\": {table},")
+    changed = sorted(f for f in digests.keys() | golden.keys() if digests.get(f) != golden.get(f))
+    assert not changed, (
+        f"the harness rules changed ({', '.join(changed)}) under HARNESS_VERSION {version!r}: bump HARNESS_VERSION "
+        "if the change could alter a verdict or a measured time (stores would otherwise serve evaluations made under "
+        f"other rules); then record these digests in GOLDEN of {Path(__file__).name} under the version "
+        f"HARNESS_VERSION then names:\n    {table},")
+
+
+def test_the_digest_ignores_comments_docstrings_and_layout_but_not_code():
+    code = 'def f(x):\n    """Doubled."""\n    return x * 2  # the rule\n'
+    assert normalised(code) == normalised('# a header\ndef f(x):\n    return (x *\n            2)\n')
+    assert normalised(code) != normalised(code.replace("x * 2", "x * 3"))
+    assert normalised(code) != normalised(code.replace("def f", "def g"))  # names are code: a rename is a decision
