@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from collect_dataset import iter_rows  # noqa: E402
+
 from workbench.core import ceilings  # noqa: E402
 from workbench.problems import Problem  # noqa: E402
 from workbench.problems.analysis import count, roofline_floor  # noqa: E402

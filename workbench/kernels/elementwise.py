@@ -82,7 +82,7 @@ class ElementwiseFamily:
         waves = config["PERSISTENT_WAVES"]
         ind = "        " if waves else "    "
         pid = "tl.program_id(0).to(tl.int64)" if big else "tl.program_id(0)"
-        lines = [f"@triton.jit",
+        lines = ["@triton.jit",
                  f"def {name}_kernel({', '.join(args + ['out_ptr', 'n'] + (['d1', 'd2', 'd3'] if strided else []))}, "
                  f"BLOCK: tl.constexpr):"]
         if waves:

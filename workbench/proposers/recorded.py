@@ -26,6 +26,7 @@ from ..store.dataset import answering_rows, load, measured_identities
 from .choice import Choice, distance
 from .offline import OfflineProposer
 
+
 class RecordedProposer(OfflineProposer):
     def __init__(self, problem, recorded: Iterable[dict[str, Any] | str],
                  identities: Iterable[str | None] | None = None):
