@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..metrics import aurc, budget_recall, expected_calibration_error, reliability_table, risk_coverage
+from ._plotly import graph_objects
 
 
 def _need(frames: Mapping[str, Any], cols: Sequence[str]) -> None:
@@ -138,8 +139,6 @@ def _layout(fig, title: str, x: str, y: str) -> None:
 def plot_reliability(info: ReliabilityInfo, title: str | None = None):
     """Accuracy against mean confidence per bin, one line per surrogate (marker size ~ count), and the diagonal
     a calibrated forecaster would lie on."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="grey"),
@@ -162,8 +161,6 @@ def plot_reliability(info: ReliabilityInfo, title: str | None = None):
 
 def plot_risk_coverage(info: RiskCoverageInfo, title: str | None = None):
     """Risk (mean error of the accepted forecasts) against coverage (fraction accepted, most confident first)."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     for i, name in enumerate(info.names):
@@ -180,8 +177,6 @@ def plot_risk_coverage(info: RiskCoverageInfo, title: str | None = None):
 def plot_budget_recall(info: BudgetRecallInfo, title: str | None = None):
     """Fraction of problems where measuring the top fraction of the pool by score finds a kernel within `within` of
     the pool's best, against that fraction (log x)."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     for i, name in enumerate(info.names):

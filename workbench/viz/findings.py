@@ -5,6 +5,7 @@ import dataclasses
 from typing import Any, Iterable
 
 from ..profiling.findings import Finding, sort_findings
+from ._plotly import graph_objects
 
 SEVERITY_COLOURS = {"critical": "#f8d0d0", "warning": "#fdf0c8", "info": "#ffffff"}
 
@@ -30,8 +31,6 @@ def get_findings_info(findings: Iterable[Finding | dict[str, Any]]) -> FindingsI
 
 def plot_findings(findings: Iterable[Finding | dict[str, Any]] | FindingsInfo, title: str = "findings"):
     """A table figure (one `Table` trace, a row per finding): severity, title, advice, move."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     info = findings if isinstance(findings, FindingsInfo) else get_findings_info(findings)
     fill = [[SEVERITY_COLOURS.get(s, "#ffffff") for s in info.severity]]

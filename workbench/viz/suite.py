@@ -16,6 +16,8 @@ import dataclasses
 import math
 from typing import Sequence
 
+from ._plotly import graph_objects
+
 SORT_KEYS = ("problem", "speedup_vs_eager", "speedup_vs_compile", "floor_fraction")
 
 
@@ -111,8 +113,6 @@ def get_suite_info(full, problems=None, only: Sequence[str] = (), sort_by: str =
 
 def plot_suite_speedups(info: SuiteInfo, title: str | None = None):
     """Grouped bars per problem: the best candidate's speedup vs eager and vs torch.compile (log y, 1x dotted)."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     series = [("vs eager", info.speedup_vs_eager, "#1f77b4"), ("vs torch.compile", info.speedup_vs_compile, "#ff7f0e")]
@@ -132,8 +132,6 @@ def plot_suite_speedups(info: SuiteInfo, title: str | None = None):
 def plot_floor_fraction(info: SuiteInfo, title: str | None = None):
     """Per problem, the fraction of the roofline floor reached (floor / time) by the best candidate, torch.compile
     and eager; 100 % dotted. Markers: circle memory-bound, diamond compute-bound."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     symbols = ["diamond" if b == "compute" else "circle" for b in info.bound]

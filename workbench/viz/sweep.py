@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._plotly import graph_objects
+
 
 @dataclasses.dataclass
 class CurveInfo:
@@ -116,8 +118,6 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 def plot_sweep_curves(info: SweepCurvesInfo, title: str | None = None):
     """Per configuration: the median best speedup as a step line and the seed band (between the info's quantiles)
     as a shaded area; x is GPU-seconds or GPU measurements. Points where no run had timed anything are left out."""
-    from ._plotly import graph_objects
-
     go = graph_objects()
     fig = go.Figure()
     band = ("min-max" if info.quantiles == (0.0, 1.0) else
