@@ -11,7 +11,8 @@ import pytest
 
 from workbench.core.candidate import Candidate
 from workbench.devices import cuda_gpu_count
-from workbench.devices.local import LocalDevice
+from workbench.devices.local import LocalDevice, problem_spec
+from workbench.devices.worker import Worker
 from workbench.examples import EXAMPLES
 from workbench.harness.ladder import Ladder
 from workbench.problems import Problem
@@ -45,13 +46,11 @@ def test_ncu_counters_and_findings_on_a_real_candidate():
 
 
 def test_energy_of_candidate_and_reference():
-    from workbench.devices.worker import Worker
-
     problem = Problem.load(EX.problem)
     w = Worker({"CUDA_VISIBLE_DEVICES": "0"}, name="energy")
     try:
         r = w.call("workbench.profiling.energy:measure_candidate", 300,
-                   problem=(problem.path, problem.overrides, problem.precision), cand_path=str(EX.path))
+                   problem=problem_spec(problem), cand_path=str(EX.path))
     finally:
         w.stop()
     assert r["verdict"] == "pass", r

@@ -23,10 +23,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..metrics.selectivity import threshold_for_risk
+from ..core.events import Decision
 from ..core.outcomes import Forecast, expected_log2
+from ..metrics.selectivity import threshold_for_risk
 
-MEASURE, DEFER, SKIP, EXPLORE = "measure", "defer", "skip", "explore"
+MEASURE, DEFER, SKIP, EXPLORE = Decision.MEASURE, Decision.DEFER, Decision.SKIP, Decision.EXPLORE
 
 
 class SelectivePolicy:
@@ -50,7 +51,7 @@ class SelectivePolicy:
     def confident(self, f: Forecast) -> bool:
         return f.confidence >= self.tau
 
-    def decide(self, forecasts: Sequence[Forecast], slots: int) -> list[str]:
+    def decide(self, forecasts: Sequence[Forecast], slots: int) -> list[Decision]:
         """One decision per forecast, in order (see the module docstring)."""
         n = len(forecasts)
         slots = max(0, min(int(slots), n))
