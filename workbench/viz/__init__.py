@@ -14,15 +14,15 @@ the `widgets` extra).
 """
 from .budget import BudgetCurveInfo, get_budget_curve_info, plot_budget_curve
 from .calibration import (
-                          BudgetRecallInfo,
-                          ReliabilityInfo,
-                          RiskCoverageInfo,
-                          get_budget_recall_info,
-                          get_reliability_info,
-                          get_risk_coverage_info,
-                          plot_budget_recall,
-                          plot_reliability,
-                          plot_risk_coverage,
+    BudgetRecallInfo,
+    ReliabilityInfo,
+    RiskCoverageInfo,
+    get_budget_recall_info,
+    get_reliability_info,
+    get_risk_coverage_info,
+    plot_budget_recall,
+    plot_reliability,
+    plot_risk_coverage,
 )
 from .findings import FindingsInfo, get_findings_info, plot_findings
 from .node import NodeDetailInfo, get_node_detail_info, render_node_detail
