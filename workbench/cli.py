@@ -256,9 +256,8 @@ def _search_surrogate(args, llm_client=None):
 
 
 def cmd_search(args) -> int:
-    from .devices import replay_counts, replays_dataset
+    from .devices import replay_counts
     from .harness.budget import Budget
-    from .proposers.recorded import RecordedProposer
     from .search.config import ScreeningConfig
     from .search.search import make_search
 
@@ -271,15 +270,13 @@ def cmd_search(args) -> int:
     llm_client = args.make_llm_client(store, args.llm_model) if "llm" in (args.proposer, args.surrogate) else None
     device = _search_device(args)
     try:
-        # on the shipped dataset's replay the proposer walks its measured points: anything else is "not measured"
-        offline = RecordedProposer.from_dataset(problem, args.dataset) if replays_dataset(device) else None
         surrogate, screen = _search_surrogate(args, llm_client)
         search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
                              budget=Budget(args.budget_gpu_s, args.budget_wall_s), store=store,
                              seed=args.seed, per_step=args.per_step, search_id=args.search_id,
                              screening=ScreeningConfig(surrogate, screen, surrogate_learns=args.surrogate_learns)
                              if surrogate is not None else None,
-                             llm_client=llm_client if args.proposer == "llm" else None, offline=offline)
+                             llm_client=llm_client if args.proposer == "llm" else None, dataset=args.dataset)
         if not args.json:
             print(f"search {problem.name} on {device.name}: strategy {args.strategy}, proposer {args.proposer}, "
                   f"surrogate {args.surrogate}, budget {args.budget_gpu_s:g} GPU-s", flush=True)

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.contracts import is_replay
 from ..core.events import trajectory
+from ..devices.resolve import replay_counts
 
 if TYPE_CHECKING:
     from ..search.search import Search
@@ -60,9 +60,9 @@ def save_run(search: Search, out_dir: str | Path | None) -> Path | None:
     _jsonable_frame(search.table()).to_parquet(d / NODES, index=False)
     pd.DataFrame(trajectory(search.events), columns=TRAJECTORY_COLUMNS).to_parquet(d / TRAJECTORY, index=False)
     report = search.report()
-    dev = search.device
-    if is_replay(dev):
-        report["replay"] = {"of": dev.recorded_device, "answered": dev.answered, "not_measured": dev.not_measured}
+    replayed = replay_counts(search.device)
+    if replayed is not None:
+        report["replay"] = replayed
     (d / REPORT).write_text(json.dumps(report, indent=1, default=str))
     return d
 

@@ -48,6 +48,7 @@ from ..core.events import (
     status_of,
 )
 from ..core.records import REFUSED, Evaluation, Stage, StageRecord
+from ..devices.resolve import replays_dataset
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
 from ..llm import LLMClient, LLMProposer
@@ -55,6 +56,7 @@ from ..llm.moves import LLMMoves
 from ..llm.recorder import CallRecorder
 from ..problems.problem import Problem
 from ..proposers.offline import Choice, OfflineProposer
+from ..proposers.recorded import RecordedProposer
 from . import strategies
 from .config import FindingsConfig, LLMMovesConfig, ScreeningConfig
 from .diagnosis import NodeDiagnosis
@@ -440,7 +442,7 @@ class Search:
 
 def make_search(problem: Problem, device: Device, proposer: str = "offline", llm_client=None,
                 offline: OfflineProposer | None = None, llm_config=None, max_failed_steps: int = 3,
-                **search_kwargs) -> Search:
+                dataset: str | None = None, **search_kwargs) -> Search:
     """A `Search` whose children come from the offline proposer (`proposer="offline"`) or from the LLM proposer
     (`proposer="llm"`; the root is still the offline proposer's default point).
 
@@ -448,11 +450,15 @@ def make_search(problem: Problem, device: Device, proposer: str = "offline", llm
     e.g. a recorded test double), wrapped in an `LLMClient`; None builds an `LLMClient` from the environment, which
     raises `workbench.llm.LLMUnavailable` without `ANTHROPIC_API_KEY` (the caller may fall back to "offline"). Calls
     are recorded next to the search's store (`llm_calls`) when a store is given and the client was built here.
-    `offline`: an existing `OfflineProposer`; `llm_config`: an `LLMConfig` for a client built here;
+    `offline`: an existing `OfflineProposer` (default: the offline proposer, or on a replay of the shipped dataset
+    the `RecordedProposer` that walks its measured points: anything else would be answered "not measured";
+    `dataset` names another dataset directory); `llm_config`: an `LLMConfig` for a client built here;
     `max_failed_steps`: see `LLMMovesConfig`. `search_kwargs` go to `Search` (strategy, budget, store, seed,
     per_step, promotion, search_id, screening, findings).
     """
-    offline = offline or OfflineProposer(problem)
+    if offline is None:
+        offline = RecordedProposer.from_dataset(problem, dataset) if replays_dataset(device) \
+            else OfflineProposer(problem)
     if proposer == "offline":
         if llm_client is not None:
             raise ValueError("llm_client given with proposer='offline'")

@@ -4,8 +4,7 @@ from __future__ import annotations
 from ..core.contracts import Device, is_replay
 from ..devices import ReplayDevice, get_device, replays_dataset
 from ..harness.budget import Budget
-from ..proposers.recorded import RecordedProposer
-from ..search import Search
+from ..search.search import make_search
 from .search_widget import SearchWidget, display_static
 
 CPU_NOTE = ("This machine has no GPU: the device is the CPU (Triton's interpreter), which refuses the timing stages. "
@@ -37,12 +36,10 @@ def device_note(device: Device) -> str:
 
 
 def open_search(problem, device, strategy: str = "greedy", seed: int = 0, budget_gpu_s: float = 0.0, **kw):
-    """A `Search` for a notebook: on a replay device over the shipped dataset the proposer walks the measured points
-    of the space (`RecordedProposer`); `budget_gpu_s` <= 0 means no GPU-seconds limit. `kw` go to `Search`."""
-    if replays_dataset(device) and "proposer" not in kw:
-        kw["proposer"] = RecordedProposer.from_dataset(problem)
+    """A `Search` for a notebook (`make_search`: on a replay of the shipped dataset the proposer walks its measured
+    points); `budget_gpu_s` <= 0 means no GPU-seconds limit. `kw` go to `make_search`."""
     budget = Budget(budget_gpu_s if budget_gpu_s and budget_gpu_s > 0 else None)
-    return Search(problem, device, strategy=strategy, seed=seed, budget=budget, **kw)
+    return make_search(problem, device, strategy=strategy, seed=seed, budget=budget, **kw)
 
 
 def show(search, interactive: bool = True, **kw):
