@@ -51,7 +51,7 @@ def dataset_pool(problem, k: int) -> tuple[list, float]:
     """The k fastest regenerating candidates of the problem in the shipped dataset, and the GPU-seconds the dataset
     spent measuring all of the problem's candidates (the search that found them)."""
     from workbench.proposers.recorded import DatasetSources
-from workbench.store.dataset import DatasetMissing, load
+    from workbench.store.dataset import DatasetMissing, load
 
     try:
         df = load("candidates")

@@ -141,7 +141,8 @@ def phase(name: str, args) -> dict:
                 evs_all = []
                 for pname in args.search_problems:
                     name_, _, over = pname.partition(":")
-                    s = Search(Problem.load(name_, over.split(",") if over else None), device, strategy="greedy", per_step=8, seed=0, store=store,
+                    s = Search(Problem.load(name_, over.split(",") if over else None), device, strategy="greedy",
+                               per_step=8, seed=0, store=store,
                                budget=Budget(wall_seconds=args.search_wall_s))
                     t1 = time.perf_counter()
                     s.run()

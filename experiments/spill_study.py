@@ -10,9 +10,11 @@ Sets (each row records its set):
   test_gpu_valid_configs_compile_without_spills), to confirm the CPU compile gives the same spills;
 - study: seeded samples (seed 0) of the test's specs at the test's shapes (GEMM 300x200 @ 200x260; attention q
   1x2x300xD), 200 per GEMM spec and every attention configuration;
-- heldout: disjoint seeded samples (seed 1, 120 each) of the same GEMM specs, 80 each of other GEMM specs (fp16 -> fp32, tf32x3, batched)
+- heldout: disjoint seeded samples (seed 1, 120 each) of the same GEMM specs, 80 each of other GEMM specs
+  (fp16 -> fp32, tf32x3, batched)
   and other attention specs;
-- large: part of the study sample again (50 per GEMM spec, every third attention config) at 4096^3 (GEMM) and S = 4096 (attention): does the shape matter?
+- large: part of the study sample again (50 per GEMM spec, every third attention config) at 4096^3 (GEMM) and
+  S = 4096 (attention): does the shape matter?
 - gputest: the GPU test's own sampling (seed 1234) from the valid space as it is now (after any pruning rule).
 
 Configurations are sampled from the space *before* the spill rule (`check` passing, or failing only on the register
@@ -377,7 +379,8 @@ def main():
                 print("  error:", r["spec"], r["config"], r["error"])
             if set_name == "repro":
                 for r in new:
-                    print(f"  {r['spec'].get('in_dtype', r['spec'].get('dtype'))} {r['config']}: cpu regs={r.get('regs')} "
+                    dtype = r['spec'].get('in_dtype', r['spec'].get('dtype'))
+                    print(f"  {dtype} {r['config']}: cpu regs={r.get('regs')} "
                           f"spills={r.get('spills')} | h200 regs={r['h200_regs']} spills={r['h200_spills']}")
             if set_name == "gputest":
                 print(f"  GPU test prediction: {len(spilled)} of {len(new)} spill (limit {len(new) // 5})")

@@ -69,7 +69,7 @@ def split_section(split: str, res: dict, per: "pd.DataFrame") -> list[str]:  # n
               ", ".join(f"{r['risk']:.2f} at coverage {r['coverage']:.2f}" for r in picks) + ".", ""]
     if per is not None:
         worst = per.sort_values("pairwise_accuracy").head(6)
-        lines += [f"Problems the learned surrogate orders worst on this split: " +
+        lines += ["Problems the learned surrogate orders worst on this split: " +
                   ", ".join(f"{r.problem} ({r.family}, {fmt(r.pairwise_accuracy, 2)}, top-10 % ratio "
                             f"{fmt(r.top10_ratio, 2)})" for r in worst.itertuples()) + ".", ""]
     return lines
@@ -118,13 +118,15 @@ def goals_section(results: dict, per, families: dict, extra: dict) -> list[str]:
               f"{extra['problem']['offset_share']:.0%} of the variance of the log2 error on a new problem is one "
               "offset shared by all its candidates (how fast eager is relative to the generated kernels; "
               f"{extra['random']['offset_share']:.0%} on the random split), so the calibration set holds only as "
-              "many independent errors as training problems. The sigma of new problems is fitted on held-out training problems; a finer "
+              "many independent errors as training problems. The sigma of new problems is fitted on held-out "
+              "training problems; a finer "
               "top-label isotonic map fitted the same way did not transfer (the ablation "
               f"`{ABLATION}` that adds it for new problems: ECE {fmt(ablation.get('ece'))}), so it is used only "
               "for known problems.",
               f"- A wholly new kernel family (family split) is where the learned order is least useful: top-10 % "
               f"within 5 % on {fmt(train['family'].get('top10_within5'), 2)} of problems against "
-              f"{fmt(results['family']['prior'].get('top10_within5'), 2)} for the proposer's own order (prior). The OOD check "
+              f"{fmt(results['family']['prior'].get('top10_within5'), 2)} for the proposer's own order (prior). "
+              "The OOD check "
               f"flagged {extra['family']['ood_share']:.0%} of those rows (ood > 1: forecasts pulled towards the "
               f"training frequencies, so a selective policy defers them to the GPU), "
               f"{extra['problem']['ood_share']:.0%} on the problem split and {extra['random']['ood_share']:.0%} "

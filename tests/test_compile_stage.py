@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
+from workbench.core.records import FAIL, INCONCLUSIVE, PASS
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
 from workbench.harness import compile as compile_stage
 from workbench.harness.child import compile_probe
-from workbench.core.records import FAIL, INCONCLUSIVE, PASS
 from workbench.problems import Problem
 
 HEAD = "import torch\nimport triton\nimport triton.language as tl\n\n\n"

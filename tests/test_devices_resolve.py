@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.devices import LocalDevice, ReplayDevice, get_device, replay_counts, replays_dataset
-from workbench.devices import resolve
+from workbench.devices import LocalDevice, ReplayDevice, get_device, replay_counts, replays_dataset, resolve
 
 
 @pytest.mark.parametrize("gpus, auto, local", [(0, "replay", "cpu"), (1, "cuda", "cuda")])

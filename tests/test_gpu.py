@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.candidate import Candidate
 from workbench.core import ceilings
+from workbench.core.candidate import Candidate
 from workbench.devices import cuda_gpu_count
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
@@ -26,7 +26,8 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def gpu():
-    dev = LocalDevice("cuda", timeouts={"compile": 30, "correctness": 60, "quick_timing": 60})  # the hanging cheat waits this long
+    # the hanging cheat waits this long
+    dev = LocalDevice("cuda", timeouts={"compile": 30, "correctness": 60, "quick_timing": 60})
     yield dev
     dev.close()
 

@@ -153,7 +153,8 @@ def test_causal_default_config_problem_spec(causal_results):
 
 def test_causal_block_m_differs_from_block_n(causal_results):
     """Every tile shape of the bf16 space (BLOCK_M < BLOCK_N and BLOCK_M > BLOCK_N included), and fp32 ones."""
-    unequal = [k for k in causal_results if "'BLOCK_M': 32, 'BLOCK_N': 128" in k or "'BLOCK_M': 128, 'BLOCK_N': 32" in k]
+    unequal = [k for k in causal_results
+               if "'BLOCK_M': 32, 'BLOCK_N': 128" in k or "'BLOCK_M': 128, 'BLOCK_N': 32" in k]
     assert len(unequal) >= 4
     bad = _failures(causal_results, lambda k: k.startswith(("causal_1_", "causal_2_")))
     assert not bad, "\n".join(f"{k}: {v}" for k, v in bad.items())

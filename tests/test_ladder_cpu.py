@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from cheat_headers import candidate_files, cheat_files, read_header
+
 from workbench.core.candidate import Candidate
+from workbench.core.records import FAIL, PASS, REFUSED, StageRecord, Verdict
 from workbench.devices.local import LocalDevice
 from workbench.examples import EXAMPLES
-from workbench.core.records import FAIL, PASS, REFUSED, StageRecord, Verdict
 from workbench.harness.budget import Budget
 from workbench.harness.child import timing
 from workbench.harness.ladder import Ladder, PromotionPolicy

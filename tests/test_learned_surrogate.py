@@ -19,8 +19,16 @@ from workbench.store.dataset import load  # noqa: E402
 from workbench.surrogates import Forecast  # noqa: E402
 from workbench.surrogates.baselines import OracleBaseline, PriorBaseline, RooflineRowsBaseline  # noqa: E402
 from workbench.surrogates.evaluate import default_surrogates, evaluate, split_folds  # noqa: E402
-from workbench.surrogates.features import (NOISE_FLOOR, default_ceilings, feature_columns, features_from_live,  # noqa: E402
-                                           features_from_rows, group_families, live_problem_info, training_table)
+from workbench.surrogates.features import (  # noqa: E402
+    NOISE_FLOOR,
+    default_ceilings,
+    feature_columns,
+    features_from_live,
+    features_from_rows,
+    group_families,
+    live_problem_info,
+    training_table,
+)
 from workbench.surrogates.learned import LearnedSurrogate  # noqa: E402
 
 DATA = Path(__file__).parent / "fixtures" / "dataset_small"

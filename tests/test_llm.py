@@ -19,17 +19,27 @@ except ImportError:
     import httpx
 
 from workbench.core.candidate import Candidate, content_hash
+from workbench.core.outcomes import BINS, FAILS, Forecast, bin_index, outcome_index
 from workbench.core.records import FAIL, PASS, STAGES, Evaluation, StageRecord
 from workbench.harness.static import check_static
-from workbench.llm import (CallRecorder, LLMClient, LLMConfig, LLMProposer, LLMSurrogate,
-                           LLMUnavailable, extract_forecast, extract_module, extract_rationale, redact)
-from workbench.llm import rewards
+from workbench.llm import (
+    CallRecorder,
+    LLMClient,
+    LLMConfig,
+    LLMProposer,
+    LLMSurrogate,
+    LLMUnavailable,
+    extract_forecast,
+    extract_module,
+    extract_rationale,
+    redact,
+    rewards,
+)
 from workbench.llm.client import NO_KEY
-from workbench.core.outcomes import BINS, FAILS, Forecast, bin_index, outcome_index
 from workbench.llm.proposer import INSTRUCTIONS
+from workbench.llm.retrieval import rank_families
 from workbench.llm.surrogate import COMPILE_ANCHOR, forecast_prompts
 from workbench.llm.surrogate import INSTRUCTIONS as FORECAST_INSTRUCTIONS
-from workbench.llm.retrieval import rank_families
 from workbench.problems import Problem
 from workbench.store import Store
 from workbench.surrogates.forecast import Surrogate, forecasts_for
@@ -398,7 +408,8 @@ def test_export_pairs(problem, tmp_path):
     assert answer["outcome"] == "[1,2)" and answer["log2_speedup"] == pytest.approx(math.log2(3))
     assert answer["probabilities"]["[1,2)"] == 1.0 and sum(answer["probabilities"].values()) == 1.0
     assert json.loads(lines[1]["messages"][2]["content"])["outcome"] == "fails"
-    assert "'fast'" in lines[0]["messages"][1]["content"] and problem.source.strip() in lines[0]["messages"][0]["content"]
+    messages = lines[0]["messages"]
+    assert "'fast'" in messages[1]["content"] and problem.source.strip() in messages[0]["content"]
     assert rewards.export_pairs(store, out, anchor="compile") == 2
     assert json.loads(json.loads(out.read_text().splitlines()[0])["messages"][2]["content"])["outcome"] == "[0.5,1)"
     with pytest.raises(ValueError, match="anchor"):

@@ -15,8 +15,8 @@ import math
 import pytest
 
 from workbench.cli import main
-from workbench.llm import rewards
 from workbench.core.outcomes import BINS
+from workbench.llm import rewards
 from workbench.llm.train_rl import UNPARSABLE, ForecastReward, completion_text, load_pairs, reward_functions
 
 RL_MISSING = [m for m in ("trl", "transformers", "datasets", "accelerate") if importlib.util.find_spec(m) is None]

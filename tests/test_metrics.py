@@ -7,11 +7,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.metrics import (aurc, bin_accuracy, brier_multiclass, budget_recall, expected_calibration_error,
-                               kendall_tau, measurements_to_reach, median_abs_log2_error, pairwise_accuracy, per_pool,
-                               reliability_table, risk_coverage, spearman_rho, threshold_for_risk, to_bin,
-                               within_one_bin)
-
+from workbench.metrics import (
+    aurc,
+    bin_accuracy,
+    brier_multiclass,
+    budget_recall,
+    expected_calibration_error,
+    kendall_tau,
+    measurements_to_reach,
+    median_abs_log2_error,
+    pairwise_accuracy,
+    per_pool,
+    reliability_table,
+    risk_coverage,
+    spearman_rho,
+    threshold_for_risk,
+    to_bin,
+    within_one_bin,
+)
 
 # ---- ranking ----
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.lab.sweep_config import load_sweep
 from workbench.lab.sweep import KERNEL_NAME, ensure_kernelspec, run_sweep
+from workbench.lab.sweep_config import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

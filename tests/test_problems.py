@@ -52,7 +52,8 @@ def kb(body: str, get_inputs: str = "[torch.randn(4, 4)]", get_init_inputs: str 
        model: str = "class Model(nn.Module):\n    def forward(self, x):\n        return x\n") -> str:
     """A KernelBench file: imports, `body` (module-level constants), Model and the two factories."""
     return ("import torch\nimport torch.nn as nn\n\n" + textwrap.dedent(body) + "\n\n" + model +
-            f"\n\ndef get_inputs():\n    return {get_inputs}\n\n\ndef get_init_inputs():\n    return {get_init_inputs}\n")
+            f"\n\ndef get_inputs():\n    return {get_inputs}\n\n\n"
+            f"def get_init_inputs():\n    return {get_init_inputs}\n")
 
 
 # ---------------------------------------------------------------- built-ins and their counts
@@ -168,7 +169,7 @@ def test_override_literal_list_builds_layers(tmp_path):
     p = Problem.load(path, ["layer_sizes=[64,64]"])
     assert p.overrides == (("layer_sizes", "[64,64]"),)
     model = p.make_reference()
-    assert [(l.in_features, l.out_features) for l in model.layers] == [(32, 64), (64, 64)]
+    assert [(layer.in_features, layer.out_features) for layer in model.layers] == [(32, 64), (64, 64)]
     assert model(*p.inputs()).shape == (2, 64)
 
 
@@ -289,7 +290,8 @@ def test_get_inputs_returning_non_list(tmp_path):
 
 
 def test_model_constructor_raising(tmp_path):
-    model = "class Model(nn.Module):\n    def __init__(self, a):\n        super().__init__()\n        raise ValueError('bad a')\n"
+    model = ("class Model(nn.Module):\n    def __init__(self, a):\n        super().__init__()\n"
+             "        raise ValueError('bad a')\n")
     p = Problem.load(write(tmp_path, "ctor.py", kb("", model=model, get_init_inputs="[1]")))
     with pytest.raises(ProblemError, match=r"ctor\.py: Model\(\*get_init_inputs\(\)\) raised ValueError: bad a"):
         p.make_reference()

@@ -30,7 +30,7 @@ def test_finding_render_most_severe_first_and_round_trip():
           Finding("b", "bad thing", "critical", {"y": 2}, "Fix it.", "fuse_epilogue", "k1"),
           Finding("c", "middling", "warning", {}, "Consider.", "increase_block")]
     text = render(fs, limit=2)
-    lines = [l for l in text.splitlines() if l.startswith("- ")]
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
     assert lines[0].startswith("- CRITICAL [k1] bad thing (move: fuse_epilogue)") and "WARNING" in lines[1]
     assert "evidence: y=2" in text and "1 more finding" in text and "minor thing" not in text
     assert moves(fs) == ["fuse_epilogue", "increase_block"]

@@ -12,15 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
+from cheat_headers import candidate_files, read_header
 from ray.cluster_utils import Cluster
 
-from cheat_headers import candidate_files, read_header
 from workbench.core.candidate import Candidate
+from workbench.core.records import FAIL, PASS, REFUSED
 from workbench.devices import get_device
 from workbench.devices.ray_device import RayDevice
 from workbench.examples import EXAMPLES
 from workbench.harness.ladder import Ladder
-from workbench.core.records import FAIL, PASS, REFUSED
 from workbench.problems import Problem
 from workbench.store import Store
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from cheat_headers import candidate_files, cheat_files, read_header
-from workbench.harness import static
+
 from workbench.core.records import FAIL, PASS
+from workbench.harness import static
 from workbench.problems import Problem
 
 HEAD = """\

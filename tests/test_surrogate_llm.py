@@ -17,8 +17,8 @@ from test_llm import ReplyByCandidate, recording  # noqa: E402
 from workbench import cli  # noqa: E402
 from workbench.llm import LLMClient, LLMConfig, LLMSurrogate, extract_forecast, rewards  # noqa: E402
 from workbench.llm.dataset_eval import LLMRowsSurrogate, llm_factory  # noqa: E402
-from workbench.proposers.recorded import DatasetSources  # noqa: E402
 from workbench.metrics.bins import to_bin  # noqa: E402
+from workbench.proposers.recorded import DatasetSources  # noqa: E402
 from workbench.store.dataset import load  # noqa: E402
 from workbench.surrogates.evaluate import default_surrogates, evaluate, sample_rows  # noqa: E402
 from workbench.surrogates.features import training_table  # noqa: E402

@@ -6,14 +6,23 @@ import math
 import numpy as np
 import pytest
 
+from workbench.core import ceilings, outcomes
 from workbench.core.candidate import Candidate
-from workbench.core import ceilings
-from workbench.core.records import FAIL, PASS, StageRecord
-from workbench.core import outcomes
-from workbench.problems import Problem
-from workbench.surrogates import (BINS, DEFER, EXPLORE, MEASURE, SKIP, Forecast, RooflineSurrogate, SelectivePolicy,
-                                  Surrogate, from_log2)
 from workbench.core.outcomes import expected_log2
+from workbench.core.records import FAIL, PASS, StageRecord
+from workbench.problems import Problem
+from workbench.surrogates import (
+    BINS,
+    DEFER,
+    EXPLORE,
+    MEASURE,
+    SKIP,
+    Forecast,
+    RooflineSurrogate,
+    SelectivePolicy,
+    Surrogate,
+    from_log2,
+)
 
 
 def _phi(z):

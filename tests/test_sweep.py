@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.lab.sweep_config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
 from workbench.lab.sweep import SweepError, gpu_names, notebook_defaults, notebook_parameters, run_sweep, value_fits
+from workbench.lab.sweep_config import ConfigError, SweepConfig, expand, from_dict, load_sweep, to_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "experiments" / "smoke_sweep.yaml"

@@ -15,8 +15,8 @@ import ray
 
 import workbench.devices.ray_device as rd
 import workbench.lab.sweep as sweep_mod
-from workbench.lab.sweep_config import SweepConfig
 from workbench.lab.sweep import SweepError, run_sweep
+from workbench.lab.sweep_config import SweepConfig
 
 RAY_NB = '''# %% tags=["parameters"]
 device = "cpu"

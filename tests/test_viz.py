@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_search import STAGE_GPU_S, RecordingGPU
 
 from workbench.problems import Problem
 from workbench.profiling.findings import Finding
 from workbench.search import Search
-
-from test_search import STAGE_GPU_S, RecordingGPU
 
 go = pytest.importorskip("plotly.graph_objects")
 from workbench import viz  # noqa: E402

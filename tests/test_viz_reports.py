@@ -228,7 +228,8 @@ def test_runs_reports_browser_import_no_plotly():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.lab.runs, workbench.lab.report_html, workbench.lab.suite, workbench.lab.browser, workbench.viz; "
+    code = ("import sys, workbench.lab.runs, workbench.lab.report_html, workbench.lab.suite, workbench.lab.browser, "
+            "workbench.viz; "
             "assert not any(m.startswith(('plotly', 'ipywidgets')) for m in sys.modules), 'a widget library imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -7,9 +7,7 @@ with no file has no floor, and says so.
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from .paths import ceilings_dir

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 from .. import viz
 from . import runs as _runs
 
-
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1200px;
        color: #222; background: #fff; }

@@ -60,7 +60,8 @@ def surrogate_comparison(surrogates: Sequence[str] = ("learned", "roofline", "pr
     data = data or None  # "" (a notebook parameter) means the shipped dataset
     table = training_table(load("candidates", data), load("problems", data))
     preds: dict[str, Any] = {}
-    results = evaluate.evaluate(table, split, {s: factories[s] for s in surrogates}, k=folds, seed=seed, predictions=preds)
+    chosen = {s: factories[s] for s in surrogates}
+    results = evaluate.evaluate(table, split, chosen, k=folds, seed=seed, predictions=preds)
     n_folds = next(iter(results.values()))["folds"]
     return SurrogateComparison(split, n_folds, table, preds, results)
 

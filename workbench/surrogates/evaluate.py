@@ -34,9 +34,23 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..metrics import (aurc, bin_accuracy, brier_multiclass, budget_recall, expected_calibration_error, kendall_tau,
-                       median_abs_log2_error, nll_multiclass, pairwise_accuracy, per_pool, reliability_table,
-                       risk_coverage, spearman_rho, to_bin, within_one_bin)
+from ..metrics import (
+    aurc,
+    bin_accuracy,
+    brier_multiclass,
+    budget_recall,
+    expected_calibration_error,
+    kendall_tau,
+    median_abs_log2_error,
+    nll_multiclass,
+    pairwise_accuracy,
+    per_pool,
+    reliability_table,
+    risk_coverage,
+    spearman_rho,
+    to_bin,
+    within_one_bin,
+)
 from .baselines import OracleBaseline, PriorBaseline, RandomBaseline, RooflineRowsBaseline
 from .learned import LearnedSurrogate, grouped_folds
 

@@ -16,8 +16,19 @@ import torch
 
 from ...core.records import FAIL, INCONCLUSIVE, PASS
 from .. import tolerance as tol_mod
-from .execution import (ModelPair, clone, degenerate_inputs, make_inputs, nbytes, poison, reference_rounding, run_model,
-                        same_inputs, set_precision, tensors)
+from .execution import (
+    ModelPair,
+    clone,
+    degenerate_inputs,
+    make_inputs,
+    nbytes,
+    poison,
+    reference_rounding,
+    run_model,
+    same_inputs,
+    set_precision,
+    tensors,
+)
 from .judge import judge_outputs
 
 SEED_BASE = 1234
