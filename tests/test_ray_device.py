@@ -176,7 +176,7 @@ def test_get_device_ray_spec(monkeypatch):
     get_device("ray:ray://head:10001", kind="cpu")
     assert seen == {"address": "ray://head:10001", "kind": "cpu"}
     get_device("ray")
-    assert seen == {"address": None, "kind": "auto"}
+    assert seen == {"address": None, "kind": "local"}
     local = get_device("cpu")
     assert type(local).__name__ == "LocalDevice"
     local.close()

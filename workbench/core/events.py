@@ -21,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Iterable, Mapping, Union
 
-from .records import FAIL, REFUSED, _Word
+from .records import FAIL, REFUSED, StoredWord
 
 
-class NodeStatus(_Word):
+class NodeStatus(StoredWord):
     """Where a node of the search tree stands."""
 
     PENDING = "pending"  # proposed, not yet told
@@ -35,7 +35,7 @@ class NodeStatus(_Word):
     SKIPPED = "skipped"  # the surrogate's forecast kept it off the GPU
 
 
-class Decision(_Word):
+class Decision(StoredWord):
     """The selective policy's decision on a forecast candidate (`surrogates.selective`)."""
 
     MEASURE = "measure"  # a confident, promising forecast: the GPU confirms it

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 
-class _Word(str, enum.Enum):
+class StoredWord(str, enum.Enum):
     """A str-Enum whose members are their stored strings: equal to them, hashed like them, printed as them, so JSON,
     SQLite rows and comparisons with the plain strings keep working."""
 
@@ -19,7 +19,7 @@ class _Word(str, enum.Enum):
     __format__ = str.__format__
 
 
-class Verdict(_Word):
+class Verdict(StoredWord):
     """A stage's answer. INCONCLUSIVE: the stage could not judge (e.g. a compile probe that could not trace the kernel
     launches on this machine); it never counts as a pass, and the reason says why. REFUSED: the stage did not run
     (timing on the CPU, a spent budget, a replay without a recording)."""
@@ -30,7 +30,7 @@ class Verdict(_Word):
     REFUSED = "refused"
 
 
-class Stage(_Word):
+class Stage(StoredWord):
     """The ladder's stages, in ladder order."""
 
     STATIC = "static"

@@ -216,13 +216,13 @@ def _kill(ray, actor) -> None:
 
 
 class RayDevice:
-    """kind 'cuda' (one actor per `num_gpus_per_task` GPUs of the cluster), 'cpu' (one actor per CPU), or 'auto'
-    (cuda when the cluster has a GPU)."""
+    """kind 'cuda' (one actor per `num_gpus_per_task` GPUs of the cluster), 'cpu' (one actor per CPU), or 'local'
+    (cuda when the cluster has a GPU, else cpu: what `local` means for one machine, `devices.resolve`)."""
 
     def __init__(self, address: str | None = None, kind: str = "cuda", timeouts: dict[str, float] | None = None,
                  num_gpus_per_task: float = 1, workers: int | None = None, compile_workers: int | None = None,
                  grace_s: float = 60.0, start_timeout: float = 300.0, actor_options: dict[str, Any] | None = None):
-        if kind not in ("cuda", "cpu", "auto"):
+        if kind not in ("cuda", "cpu", "local"):
             raise ValueError(f"unknown device kind '{kind}'")
         ray = self._ray = _ray()
         self.grace_s = grace_s
@@ -235,7 +235,7 @@ class RayDevice:
         elif self._owns_ray:  # a local cluster sized to this machine (Ray counts its CPUs and GPUs)
             ray.init(include_dashboard=False)
         res = ray.cluster_resources()
-        if kind == "auto":  # like get_device("auto"): the GPUs when the cluster has any, else the CPUs
+        if kind == "local":  # the GPUs when the cluster has any, else the CPUs
             kind = "cuda" if res.get("GPU", 0) > 0 else "cpu"
         self.kind = kind
         actor = ray.remote(_Evaluator)

@@ -46,7 +46,7 @@ def get_device(spec: str, *, dataset: str | Path | None = None, replay_stores: S
     if name == REPLAY:
         return ReplayDevice.from_dataset(dataset, stores=list(replay_stores), **kw)
     if name == "ray" or name.startswith("ray:"):
-        return ray_device.RayDevice(address=name[4:] or None, **{"kind": "auto", **kw})
+        return ray_device.RayDevice(address=name[4:] or None, **{"kind": "local", **kw})
     if name == "cuda" or name.startswith("cuda:"):
         index = int(name.split(":")[1]) if ":" in name else 0
         return LocalDevice("cuda", gpu_index=index, **kw)

@@ -103,11 +103,12 @@ def _gpu_name() -> str | None:
         return None
 
 
-def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "auto", ms: float | None = None,
+def profile_candidate(problem: Any, candidate_path: str | Path, device: str = "local", ms: float | None = None,
                       counters: bool = True, tools: list[str] | None = None, asm_dir: str | None = None,
                       timeout: float = 300.0) -> dict[str, Any]:
     """Static reading, roofline verdict, counters where a GPU with ncu is present, and the expert findings.
-    `ms`: a measured time for the roofline (else the floor's verdict); `device`: auto, cpu (no counters), cuda[:N]."""
+    `ms`: a measured time for the roofline (else the floor's verdict); `device`: local (the GPU when there is one),
+    cpu (no counters), cuda[:N]."""
     cand = Path(candidate_path).resolve()
     record, counts = _compile_and_count(problem, cand, asm_dir, timeout)
     static = read_static(record.data.get("kernels", []))
