@@ -125,6 +125,7 @@ class ScriptedDevice:
     quick_ms: list
     kind: str = "cuda"
     name: str = "cuda:scripted"
+    slots: int = 1
     gpu_name: str = None
     calls: list = dataclasses.field(default_factory=list)
 

@@ -27,6 +27,7 @@ STAGE_GPU_S = 0.5
 
 class RecordingGPU:
     kind = "cuda"
+    slots = 1
     name = "cuda:NVIDIA H200"
     gpu_name = None  # no floor: the test double has no measured ceilings
     timeouts: dict = {}

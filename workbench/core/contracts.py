@@ -22,6 +22,7 @@ class Device(Protocol):
     kind: str  # "cuda" measures; "cpu" checks correctness in the interpreter and refuses timing; "replay" answers
     # from recordings and never measures
     timeouts: dict[str, float]  # seconds per stage name
+    slots: int  # evaluations it runs at once (a Ray device's GPU actors; 1 for one GPU, the CPU or a replay)
 
     @property
     def name(self) -> str:

@@ -65,6 +65,8 @@ def gpu_lock(index: int) -> Iterator[None]:
 class LocalDevice:
     """kind 'cuda' (one GPU, by index) or 'cpu'."""
 
+    slots = 1  # one worker runs one evaluation at a time
+
     def __init__(self, kind: str = "cpu", gpu_index: int = 0, timeouts: dict[str, float] | None = None):
         if kind not in ("cuda", "cpu"):
             raise ValueError(f"unknown device kind '{kind}'")

@@ -54,6 +54,8 @@ class ReplayDevice:
             raise FileNotFoundError(f"replay data not found: {', '.join(missing)}")
         return cls([RecordedDataset(path, problems=problems), *(Store(p) for p in stores)], **kw)
 
+    slots = 1  # answers come from recordings: nothing to spread
+
     @property
     def name(self) -> str:
         return f"replay:{self.recorded_device}"

@@ -289,10 +289,7 @@ class Search:
     # ---- measuring ----
     def _slots(self) -> int:
         """How many evaluations the device runs at once: a Ray device's GPU actors; 1 for a local or replay one."""
-        try:
-            return max(1, int(getattr(self.device, "slots", 1)))
-        except (TypeError, ValueError):
-            return 1
+        return max(1, int(self.device.slots))
 
     def _evaluate(self, cand: Candidate) -> tuple[Evaluation, float]:
         """Climb the ladder: (the evaluation, its wall seconds)."""
