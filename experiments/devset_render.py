@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 import traceback
@@ -20,9 +21,19 @@ from workbench.problems import Problem
 from workbench.proposers.offline import OfflineProposer
 
 
-def one(path: Path) -> dict:
+class TooSlow(Exception):
+    pass
+
+
+def _too_slow(signum, frame):
+    raise TooSlow()
+
+
+def one(path: Path, timeout_s: int) -> dict:
     row: dict = {"file": f"{path.parent.name}/{path.name}", "level": path.parent.name}
     t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(timeout_s)  # a graph that unrolls thousands of nodes (an LSTM at its own sizes) must not stall the run
     try:
         problem = Problem.load(str(path))
         proposer = OfflineProposer(problem)
@@ -30,9 +41,13 @@ def one(path: Path) -> dict:
         origin = dict(cand.origin)
         row.update(status="rendered", hash=cand.hash, kernels=cand.source.count("@triton.jit"),
                    coverage_flops=origin.get("coverage_flops"), coverage_bytes=origin.get("coverage_bytes"))
+    except TooSlow:
+        row.update(status="timeout", error=f"not rendered within {timeout_s} s")
     except Exception as e:  # a file the proposer cannot handle is a finding, not a crash of the sweep
         row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
                    where=traceback.format_exc().strip().splitlines()[-3][:200])
+    finally:
+        signal.alarm(0)
     row["seconds"] = round(time.perf_counter() - t0, 2)
     return row
 
@@ -41,6 +56,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "kernelbench"))
     ap.add_argument("--out", required=True)
+    ap.add_argument("--timeout", type=int, default=90, help="seconds per file")
+    ap.add_argument("--resume", action="store_true", help="skip files already in --out")
     args = ap.parse_args()
     root = Path(args.root)
     files = sorted(root.glob("level*/*.py"))
@@ -49,9 +66,14 @@ def main() -> int:
         return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as f:
+    done = set()
+    if args.resume and out.exists():
+        done = {json.loads(line)["file"] for line in out.read_text().splitlines()}
+    with open(out, "a" if args.resume else "w") as f:
         for path in files:
-            row = one(path)
+            if f"{path.parent.name}/{path.name}" in done:
+                continue
+            row = one(path, args.timeout)
             f.write(json.dumps(row) + "\n")
             f.flush()
     return 0
