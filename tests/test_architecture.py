@@ -15,7 +15,6 @@ LAYERS = ["core", "metrics", "problems", "examples", "kernels", "store", "harnes
 
 # Modules allowed to import workbench modules inside functions, and why.
 LOCAL_IMPORTS = {
-    "workbench.cli": "each command loads only what it runs: `workbench problems list` must not wait for torch",
     "workbench.devices.worker": "the child sets CUDA_VISIBLE_DEVICES/TRITON_INTERPRET before torch is imported",
     "workbench.harness.ladder": "the roofline floor's counting loads torch: in the parent only once a GPU stage asks",
     "workbench.profiling.report": "its probe runs inside a compile worker (torch and triton load there only)",

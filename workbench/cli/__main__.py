@@ -1,0 +1,6 @@
+"""`python -m workbench.cli`."""
+import sys
+
+from . import main
+
+sys.exit(main())

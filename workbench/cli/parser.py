@@ -1,0 +1,199 @@
+"""The command line's arguments, one `_register_*` per command, kept apart from the handlers so that parsing (and
+`--help`) loads nothing heavy: each handler module imports what its command needs, and only the module of the command
+being run is imported (`workbench.cli.main`)."""
+from __future__ import annotations
+
+import argparse
+
+from ..core.records import STAGES
+from ..devices.resolve import AUTO, LOCAL
+
+# a confidence threshold above any probability: no forecast counts as confident, so the screened slots go to the
+# most promising forecasts (used where no held-out risk-coverage curve gives a --tau)
+NO_CONFIDENT_TAU = 1.01
+STORE_HELP = "SQLite store path (default: $WORKBENCH_STORE or ~/.workbench/store.sqlite)"
+
+
+def _problem_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("problem", help="a KernelBench-format .py file or a built-in problem name")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a module-level size constant (a Python literal); repeatable")
+    p.add_argument("--precision", choices=["strict", "tf32"], default=None,
+                   help="fp32 accuracy rule (default: the file's WORKBENCH_PRECISION, else strict)")
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, help=STORE_HELP)
+    p.add_argument("--no-store", action="store_true", help="neither read nor write the store")
+
+
+def _register_problems(sub) -> None:
+    probs = sub.add_parser("problems", help="list and inspect problems").add_subparsers(dest="sub", required=True)
+    probs.add_parser("list", help="built-in problems").set_defaults(func="problems:cmd_problems_list")
+    show = probs.add_parser("show", help="shapes, FLOPs, bytes and roofline floor of a problem")
+    _problem_args(show)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func="problems:cmd_problems_show")
+
+
+def _register_eval(sub) -> None:
+    ev = sub.add_parser("eval", help="run a candidate up the evaluation ladder")
+    _problem_args(ev)
+    ev.add_argument("candidate", help="a .py file defining ModelNew")
+    ev.add_argument("--device", default=LOCAL, help="local (the GPU if present, else the CPU), cuda, cuda:N, cpu, "
+                                                    "replay or ray")
+    ev.add_argument("--up-to", default="full_timing", choices=STAGES)
+    ev.add_argument("--seeds", type=int, default=5, help="correctness seeds (default 5)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    _store_args(ev)
+    ev.set_defaults(func="evaluate:cmd_eval")
+
+
+def _register_propose(sub) -> None:
+    prop = sub.add_parser("propose", help="write candidates from the offline proposer")
+    _problem_args(prop)
+    prop.add_argument("--n", type=int, default=8, help="how many candidates (the default configuration first)")
+    prop.add_argument("--seed", type=int, default=0)
+    prop.add_argument("--out", required=True, help="directory for the candidate files")
+    prop.set_defaults(func="evaluate:cmd_propose")
+
+
+def _register_search(sub) -> None:
+    srch = sub.add_parser("search", help="search a problem's kernel space under a GPU budget")
+    _problem_args(srch)
+    srch.add_argument("--strategy", default="greedy", choices=["greedy", "beam", "evolutionary", "mcts"])
+    srch.add_argument("--proposer", default="offline", choices=["offline", "llm"],
+                      help="who writes children: the offline proposer, or Claude via the anthropic SDK "
+                           "(needs ANTHROPIC_API_KEY)")
+    srch.add_argument("--device", default=AUTO,
+                      help="auto (the GPU if visible, else replay), cuda, cuda:N, cpu, local, ray or replay")
+    srch.add_argument("--dataset", default=None, help="replay dataset directory (default: the shipped results/dataset)")
+    srch.add_argument("--replay-data", action="append", default=[],
+                      help="extra store(s) of recorded GPU measurements for replay")
+    srch.add_argument("--surrogate", default="none", choices=["none", "roofline", "learned", "llm"],
+                      help="screen over-generated proposals with a surrogate and a selective policy (llm: Claude "
+                           "forecasts each, needs ANTHROPIC_API_KEY)")
+    srch.add_argument("--repeats", type=int, default=1, help="LLM surrogate: forecasts per candidate, averaged")
+    srch.add_argument("--llm-model", default=None, help="Claude model for --proposer/--surrogate llm "
+                                                        "(default: LLMConfig's)")
+    srch.add_argument("--surrogate-model", default=None, help="a trained learned surrogate (workbench surrogate "
+                                                               "train --out); default: train on the dataset")
+    srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: from the learned "
+                                                              "surrogate's held-out risk-coverage curve at --max-risk)")
+    srch.add_argument("--max-risk", type=float, default=0.3, help="bin-error rate the confident forecasts may have")
+    srch.add_argument("--surrogate-learns", action="store_true",
+                      help="feed each measured speedup back to the learned surrogate (what it does to screening: "
+                           "results/search/report.md)")
+    srch.add_argument("--budget-gpu-s", type=float, default=60.0)
+    srch.add_argument("--budget-wall-s", type=float, default=None)
+    srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")
+    srch.add_argument("--per-step", type=int, default=4, help="candidates evaluated per step")
+    srch.add_argument("--seed", type=int, default=0)
+    srch.add_argument("--search-id", default=None, help="name the search to save its events and resume it")
+    _store_args(srch)
+    srch.add_argument("--json", action="store_true")
+    srch.set_defaults(func="search:cmd_search")
+
+
+def _register_profile(sub) -> None:
+    prof = sub.add_parser("profile", help="static reading, roofline verdict, counters (GPU + ncu) and findings")
+    _problem_args(prof)
+    prof.add_argument("candidate", help="a .py file defining ModelNew")
+    prof.add_argument("--device", default=LOCAL, help="local (counters when a GPU and ncu are present), cuda:N or "
+                                                      "cpu")
+    prof.add_argument("--ms", type=float, default=None, help="a measured time for the roofline verdict (else the "
+                                                              "floor's verdict, unmeasured)")
+    prof.add_argument("--no-counters", action="store_true", help="skip Nsight Compute even on a GPU")
+    prof.add_argument("--asm-dir", default=None, help="write each kernel's PTX and SASS to this directory")
+    prof.add_argument("--json", action="store_true", help="print one JSON object")
+    prof.set_defaults(func="evaluate:cmd_profile")
+
+
+def _register_sweep(sub) -> None:
+    sw = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (one process per run)")
+    sw.add_argument("config", help="experiments/<name>.yaml: notebook, base parameters, grid")
+    sw.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the config's jobs)")
+    sw.add_argument("--out", default="results/runs", help="root of the run directories")
+    sw.add_argument("--only", action="append", default=[], help="run ids or glob patterns to run (repeatable)")
+    sw.set_defaults(func="lab:cmd_sweep")
+
+
+def _register_report(sub) -> None:
+    rep = sub.add_parser("report", help="render a sweep's run directories to one self-contained HTML file")
+    rep.add_argument("runs_dir", help="a sweep's folder, e.g. results/runs/replay")
+    rep.add_argument("--out", default=None, help="the HTML file (default: RUNS_DIR/report.html)")
+    rep.add_argument("--title", default=None)
+    rep.set_defaults(func="lab:cmd_report")
+
+
+def _register_surrogate(sub) -> None:
+    sur = sub.add_parser("surrogate", help="the learned surrogate: train it, evaluate it against baselines")
+    sur_sub = sur.add_subparsers(dest="sub", required=True)
+    tr = sur_sub.add_parser("train", help="train on the measured dataset and save the model")
+    tr.add_argument("--out", default=None, help="model path (default: $WORKBENCH_HOME/surrogates/learned.pkl)")
+    tr.add_argument("--data", default=None, help="dataset directory (default: results/dataset)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--trees", type=int, default=250, help="trees per LightGBM model")
+    tr.set_defaults(func="surrogate:cmd_surrogate_train")
+    se = sur_sub.add_parser("eval", help="cross-validated metrics of each surrogate and baseline")
+    se.add_argument("--split", default="problem", choices=["random", "problem", "family"],
+                    help="rows at random, whole problems held out (default), or whole kernel families held out")
+    se.add_argument("--folds", type=int, default=5, help="folds for the random and problem splits")
+    se.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="evaluate only this surrogate (learned, roofline, prior, random, oracle, llm); repeatable")
+    se.add_argument("--surrogate", action="append", default=[], choices=["llm"],
+                    help="add a surrogate outside the default set: llm (Claude; ANTHROPIC_API_KEY; one call per "
+                         "pair, so with --limit-pairs)")
+    se.add_argument("--limit-pairs", type=int, default=None, metavar="N",
+                    help="score every surrogate on the same seeded sample of N pairs (rows whose source regenerates)")
+    se.add_argument("--pairs-per-problem", type=int, default=8, help="sample: pairs taken from each problem drawn")
+    se.add_argument("--repeats", type=int, default=1, help="LLM surrogate: forecasts per pair, averaged")
+    se.add_argument("--llm-model", default=None, help="Claude model of the LLM surrogate (default: LLMConfig's)")
+    se.add_argument("--data", default=None, help="dataset directory (default: results/dataset)")
+    se.add_argument("--seed", type=int, default=0)
+    se.add_argument("--trees", type=int, default=250, help="trees per LightGBM model of the learned surrogate")
+    se.add_argument("--json", action="store_true", help="print one JSON object keyed by surrogate name")
+    se.set_defaults(func="surrogate:cmd_surrogate_eval")
+
+
+def _register_llm(sub) -> None:
+    llm = sub.add_parser("llm", help="forecaster fine-tuning data and training").add_subparsers(dest="sub",
+                                                                                                  required=True)
+    ex = llm.add_parser("export", help="the store's measured evaluations as chat-format JSONL (SFT or RL)")
+    ex.add_argument("--out", required=True, help="the JSONL file")
+    ex.add_argument("--anchor", default="eager", choices=["eager", "compile"])
+    ex.add_argument("--store", default=None, help=STORE_HELP)
+    ex.set_defaults(func="llm:cmd_llm_export")
+    rl = llm.add_parser("train-rl", help="GRPO fine-tuning of a local model on exported pairs (needs the [rl] extra)")
+    rl.add_argument("--model", required=True, help="a local model directory (transformers format, with tokenizer)")
+    rl.add_argument("--data", required=True, help="pairs.jsonl from `workbench llm export`")
+    rl.add_argument("--out", required=True, help="where the fine-tuned model and tokenizer are saved")
+    rl.add_argument("--rewards", default="brier,rps,correctness",
+                    help="comma-separated reward functions: brier, rps, log, correctness")
+    rl.add_argument("--steps", type=int, default=100)
+    rl.add_argument("--num-generations", type=int, default=4, help="completions per prompt (GRPO's group)")
+    rl.add_argument("--batch-size", type=int, default=4, help="completions per device step (a multiple of the group)")
+    rl.add_argument("--lr", type=float, default=1e-6)
+    rl.add_argument("--max-completion-tokens", type=int, default=256)
+    rl.add_argument("--temperature", type=float, default=1.0)
+    rl.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the starting model (0: none)")
+    rl.add_argument("--seed", type=int, default=0)
+    rl.add_argument("--json", action="store_true")
+    rl.set_defaults(func="llm:cmd_llm_train_rl")
+
+
+def _register_demo(sub) -> None:
+    demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
+    demo.add_argument("--device", default=LOCAL, help="local (the GPU if present, else the CPU), cuda, cuda:N or cpu")
+    _store_args(demo)
+    demo.set_defaults(func="evaluate:cmd_demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments; each names its handler as "module:function" of this package."""
+    ap = argparse.ArgumentParser(prog="workbench", description="GPU kernel search workbench")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for register in (_register_problems, _register_eval, _register_propose, _register_search, _register_profile,
+                     _register_sweep, _register_report, _register_surrogate, _register_llm, _register_demo):
+        register(sub)
+    return ap
