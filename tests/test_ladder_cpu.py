@@ -192,6 +192,31 @@ def test_store_answers_repeated_evaluations(tmp_path):
     assert len(frame) == 1 and frame["harness_version"].iloc[0] == "1"
 
 
+def test_a_weaker_correctness_verdict_is_not_served_from_the_store(tmp_path):
+    """A pass on fewer seeds, or under other tolerances, does not answer a stricter ladder: it is run again; a pass
+    on more seeds answers a ladder that asks for fewer."""
+    problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
+    dev = ScriptedDevice(quick_ms=[1.0] * 10)
+    store = Store(tmp_path / "s.sqlite")
+    cand = _cands(1)[0]
+    Ladder(dev, store=store, seeds=1).evaluate(problem, cand, up_to="correctness")
+    assert len(dev.calls) == 1
+    stricter = Ladder(dev, store=store, seeds=5).evaluate(problem, cand, up_to="correctness")
+    assert len(dev.calls) == 2 and not stricter.provenance.get("from_store")
+    assert stricter.provenance["correctness"] == {"seeds": 5, "tolerance": None}
+    looser = Ladder(dev, store=store, seeds=3).evaluate(problem, cand, up_to="correctness")
+    assert len(dev.calls) == 2 and looser.provenance.get("from_store")
+    other_bounds = Ladder(dev, store=store, seeds=3, tolerance={"fp32": 1e-2}).evaluate(problem, cand,
+                                                                                         up_to="correctness")
+    assert len(dev.calls) == 3 and not other_bounds.provenance.get("from_store")
+
+
+@pytest.mark.parametrize("seeds", [0, -1])
+def test_a_ladder_without_correctness_seeds_is_refused(seeds):
+    with pytest.raises(ValueError, match="seeds must be at least 1"):
+        Ladder(ScriptedDevice(quick_ms=[]), seeds=seeds)
+
+
 def test_a_budget_refusal_is_marked_for_retry_and_old_records_keep_their_flags():
     problem = Problem.load("scale_shift_relu", ["batch_size=4", "dim=64"])
     ladder = Ladder(ScriptedDevice(quick_ms=[1.0]), budget=Budget(gpu_seconds=0.0))

@@ -49,6 +49,9 @@ class Ladder:
         self.store = store
         self.policy = policy or PromotionPolicy()
         self.budget = budget or Budget()
+        if seeds < 1:
+            raise ValueError(f"seeds must be at least 1 (correctness runs the candidate on that many fresh input "
+                             f"sets), got {seeds}")
         self.seeds = seeds
         self.tolerance = tolerance
         self.best_quick_ms: dict[str, float] = {}
@@ -90,11 +93,13 @@ class Ladder:
             raise ValueError(f"up_to must be one of {STAGES}")
         if self.store is not None:
             cached = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, up_to)
-            if cached is not None:
+            if cached is not None and self._as_strict(cached):
                 cached.provenance = {**cached.provenance, "from_store": True}
                 self.note_best(problem, cached)
                 return cached
-        ev = Evaluation(problem.key, candidate.hash, self.device.name, provenance=self.device.provenance())
+        ev = Evaluation(problem.key, candidate.hash, self.device.name,
+                        provenance={**self.device.provenance(),
+                                    "correctness": {"seeds": self.seeds, "tolerance": self.tolerance}})
         want = STAGES[: STAGES.index(up_to) + 1]
         self._climb(problem, candidate, want, ev, force_full)
         timing = ev.stage(Stage.FULL_TIMING) or ev.stage(Stage.QUICK_TIMING)
@@ -107,6 +112,19 @@ class Ladder:
             self.store.put_candidate(candidate)
             self.store.put_evaluation(ev)
         return ev
+
+    def _as_strict(self, stored: Evaluation) -> bool:
+        """Whether a stored evaluation was judged at least as strictly as this ladder judges: a correctness pass on
+        fewer seeds, or any correctness verdict under other tolerances, does not answer for this ladder (it is run
+        again). Records that do not say (made before these settings were stored) are taken as the defaults."""
+        judged = stored.stage(Stage.CORRECTNESS)
+        if judged is None:
+            return True  # it ended before correctness (static or compile): the settings did not matter
+        settings = stored.provenance.get("correctness") or {}
+        if settings.get("tolerance") != self.tolerance:
+            return False
+        seeds = judged.data.get("seeds", settings.get("seeds"))  # what the stage ran, else what was asked
+        return not judged.ok or seeds is None or seeds >= self.seeds
 
     def _climb(self, problem: Problem, candidate: Candidate, want: tuple[str, ...], ev: Evaluation,
                force_full: bool) -> None:
