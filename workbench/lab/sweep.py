@@ -278,6 +278,10 @@ def _notebook_error(path: Path) -> tuple[str, list[str]] | None:
     return None
 
 
+KERNEL_START_TRIES = 3
+KERNEL_START_FAILURE = "Kernel died before replying to kernel_info"
+
+
 def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, env_info: dict, cwd: Path,
              pass_out_dir: bool, devices: "queue.Queue[str] | None",
              ray_env: dict[str, str] | None = None) -> "RunResult":
@@ -307,8 +311,12 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         env.update(ray_env or {})
-        with open(run_dir / "papermill.log", "w") as log:
-            rc = subprocess.run(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+        for attempt in range(KERNEL_START_TRIES):
+            with open(run_dir / "papermill.log", "w") as log:
+                rc = subprocess.run(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+            # a kernel that died before answering ran no cell: the machine's fault, not the notebook's; try again
+            if rc == 0 or KERNEL_START_FAILURE not in (run_dir / "papermill.log").read_text(errors="replace"):
+                break
         if rc == 0:
             manifest["status"] = "ok"
         else:
