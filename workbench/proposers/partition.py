@@ -30,7 +30,9 @@ from ..kernels.base import Epilogue, EpilogueInput, valid_space
 from ..kernels.elementwise import ElementwiseInput, ElementwiseSpec
 from ..kernels.gemm import GemmSpec
 from ..kernels.memory import GatherSpec, PermuteSpec
+from . import patterns
 from .graph import Captured
+from .group import DTYPE, Group, val
 from .lowering import lower, lowerable, schema_args
 
 aten = torch.ops.aten
@@ -41,23 +43,6 @@ ROW_OPS = {aten._softmax.default: "softmax", aten._log_softmax.default: "log_sof
            aten.argmax.default: "argmax", aten.var.correction: "var", aten.var_mean.correction: "var_mean",
            aten.logsumexp.default: "logsumexp",
            aten.native_layer_norm.default: "layernorm", aten.cumsum.default: "cumsum"}
-DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-@dataclasses.dataclass
-class Group:
-    family: str  # a key of workbench.kernels.FAMILIES
-    out: Node  # the node whose value the group produces
-    nodes: list[Node]  # every node computed inside the group's kernel(s)
-    args: list[str]  # launcher arguments: python expressions over value names
-    spec: Any
-    fused_epilogue: bool = False
-    post: str = ""  # appended to the launcher call (e.g. ".unsqueeze(-1)" for a keepdim reduction)
-    gid: str = ""  # "g<i>": `run` numbers the groups in graph order of their outputs
-
-
-def val(n: Any) -> Any:
-    return n.meta.get("val") if isinstance(n, Node) else None
 
 
 def _last_dim(dims: Any, rank: int) -> bool:
@@ -135,9 +120,17 @@ class Partitioner:
         ew_of = {m: root for root, members in ew.items() for m in members}
         taken: set[Node] = set()
         found: list[Group] = []
-        # whole patterns first (rmsnorm written out, cross-entropy), so their pieces are not claimed one by one
+        ctx = patterns.Context(self, names, ew, ew_of, fuse, taken)
+        # whole patterns first (rmsnorm written out, cross-entropy, the pattern modules' own), so their pieces are
+        # not claimed one by one
         for node in self.nodes:
-            if node.target in ROW_OPS:
+            if node.op == "call_function" and node not in taken:
+                g = patterns.recognise_first(patterns.WHOLE, ctx, node)
+                if g is not None:
+                    found.append(g)
+                    taken.update(g.nodes)
+        for node in self.nodes:
+            if node.target in ROW_OPS and node not in taken:
                 g = (self.attention_group(node, names) or self.rmsnorm_group(node, names)
                      or self.cross_entropy_group(node, names))
                 if g is not None and not any(n in taken for n in g.nodes):
@@ -146,8 +139,10 @@ class Partitioner:
         for node in self.nodes:
             if node.op != "call_function" or node in taken:
                 continue
-            group = None
-            if node.target in GEMM_OPS:
+            group = patterns.recognise_first(patterns.SINGLE, ctx, node)
+            if group is not None:
+                pass
+            elif node.target in GEMM_OPS:
                 group = self.gemm_group(node, names, ew, ew_of, fuse.get(node.name, True))
             elif node.target == aten.embedding.default:
                 group = self.gather_group(node, names)
@@ -492,6 +487,7 @@ def partition(captured: Captured, precision: str, fuse: dict[str, bool] | None =
 
 
 def fusion_points(captured: Captured, precision: str) -> list[str]:
-    """GEMM node names whose epilogue can be fused or split (the proposer's fusion moves)."""
-    fused = [g for g in partition(captured, precision, {}) if g.family == "gemm" and g.fused_epilogue]
+    """Names of the nodes (a GEMM's, a convolution's) whose consumer chain can be fused as an epilogue or split (the
+    proposer's fusion moves)."""
+    fused = [g for g in partition(captured, precision, {}) if g.fused_epilogue]
     return [g.nodes[0].name for g in fused]
