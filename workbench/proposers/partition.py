@@ -17,7 +17,6 @@ epilogue is fused, so the proposer can offer both as moves.
 """
 from __future__ import annotations
 
-import dataclasses
 import operator
 from typing import Any
 

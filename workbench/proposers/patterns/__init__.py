@@ -57,4 +57,4 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 
 
 # the pattern modules register themselves when imported, in this order
-# (each line: `from . import <module>  # noqa: F401,E402`)
+# (each line: from . import <module>, marked noqa for F401 and E402)
