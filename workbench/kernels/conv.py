@@ -143,7 +143,7 @@ def _spec_problem(spec: ConvSpec) -> str | None:
     if ep is not None:
         names = [i.name for i in ep.inputs]
         for i in ep.inputs:
-            if not usable_name(i.name) or i.name in ("x", "w"):
+            if not usable_name(i.name):
                 return f"epilogue input name {i.name!r} is not a usable identifier (reserved: {sorted(RESERVED_NAMES)})"
             if i.kind not in KINDS:
                 return f"epilogue input {i.name!r} has kind {i.kind!r}, not one of {KINDS}"
