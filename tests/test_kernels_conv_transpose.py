@@ -207,3 +207,78 @@ def test_rendered_configs_compile_for_sm90(tmp_path):
         dev.close()
     assert rec.verdict == PASS, rec.reason
     assert sorted(k["kernel"] for k in rec.data["kernels"]) == ["ct0_kernel", "ct1_kernel", "ct2_kernel"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The recogniser, through the offline proposer and the CPU ladder
+
+SMALL_MODEL = """\
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, output_padding=1)
+        self.shift = nn.Parameter(torch.randn(cout, 1, 1))
+    def forward(self, x):
+        return torch.relu(self.up(x) + self.shift) * 0.5
+def get_inputs():
+    return [torch.randn(2, 6, 5, 7)]
+def get_init_inputs():
+    return [6, 10]
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    from workbench.devices.local import LocalDevice
+
+    dev = LocalDevice("cpu", timeouts={"compile": 120, "correctness": 120})
+    yield dev
+    dev.close()
+
+
+def _climb(cpu, problem, n=2):
+    from workbench.harness.ladder import Ladder
+    from workbench.proposers.offline import OfflineProposer
+
+    proposer = OfflineProposer(problem)
+    cands = proposer.propose(n, seed=3)
+    for cand in cands:
+        ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+        assert ev.ok, ([(s.name, s.reason) for s in ev.stages], cand.source)
+    return proposer, cands
+
+
+def test_small_model_fuses_bias_and_activation_and_is_correct(cpu, tmp_path):
+    from workbench.problems import Problem
+    from workbench.proposers.partition import partition
+
+    path = tmp_path / "convt_small.py"
+    path.write_text(SMALL_MODEL)
+    problem = Problem.load(path)
+    proposer, cands = _climb(cpu, problem, n=3)
+    groups = proposer.groups({})
+    assert [g.family for g in groups] == ["conv_transpose"] and groups[0].fused_epilogue
+    spec = groups[0].spec
+    assert spec.precision == "tf32x3" and spec.stride == (2, 2) and spec.output_padding == (1, 1)
+    assert [i.kind for i in spec.epilogue.inputs] == ["col", "col"]  # the conv's bias and the (C, 1, 1) shift
+    assert "conv_transpose" in cands[0].source and proposer.fusion_points == [groups[0].nodes[0].name]
+    split = partition(proposer.captured, proposer.precision, {groups[0].nodes[0].name: False})
+    assert [g.family for g in split] == ["conv_transpose", "elementwise"] and not split[0].fused_epilogue
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("level1/57_conv_transposed_2D__square_input__square_kernel.py",
+     {"batch_size": "2", "in_channels": "8", "out_channels": "8", "height": "9", "width": "7"}),
+    ("level1/72_conv_transposed_3D_asymmetric_input_asymmetric_kernel___strided_padded_grouped_.py",
+     {"batch_size": "1", "in_channels": "8", "out_channels": "8", "depth": "3", "height": "4", "width": "5"}),
+])
+def test_kernelbench_files_get_correct_candidates(cpu, name, overrides):
+    from workbench.problems import Problem
+
+    path = KERNELBENCH / name
+    if not path.exists():
+        pytest.skip(f"KernelBench development files not found at {KERNELBENCH}")
+    proposer, _ = _climb(cpu, Problem.load(path, overrides=overrides))
+    assert [g.family for g in proposer.groups({})] == ["conv_transpose"]
