@@ -6,7 +6,7 @@ the same candidate.
 """
 from __future__ import annotations
 
-from . import attention, conv, elementwise, gemm, memory, reduce
+from . import attention, conv, conv_transpose, elementwise, gemm, memory, reduce
 from .base import Family
 
 # group family name -> the family (a module with space/check/render/default is itself a family)
@@ -14,6 +14,7 @@ FAMILIES: dict[str, Family] = {
     "elementwise": elementwise.ELEMENTWISE, "gemm": gemm, "attention": attention, "row": reduce.ROW_REDUCE,
     "scan": reduce.SCAN, "col": reduce.COL_REDUCE, "permute": memory.PERMUTE, "gather": memory.GATHER,
     "conv": conv,
+    "conv_transpose": conv_transpose,
 }
 
 
