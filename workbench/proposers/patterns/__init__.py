@@ -58,5 +58,5 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 
 # the pattern modules register themselves when imported, in this order
 # (each line: from . import <module>, marked noqa for F401 and E402)
-from . import conv  # noqa: F401,E402
-from . import conv_transpose  # noqa: F401,E402
+from . import conv  # noqa: F401,E402,I001
+from . import conv_transpose  # noqa: F401,E402,I001
