@@ -1,22 +1,24 @@
 """The LLM proposer and surrogate against recorded replies (tests/llm_recordings/): never the live service.
 
-`RecordedAnthropic` speaks the SDK's interface (`.messages.create(**kwargs)`), returns real `anthropic.types.Message`
-objects built from the recorded JSON, raises scripted exceptions, and keeps each request's kwargs.
+Every call goes through the real SDK client: `LLMClient` builds `anthropic.Anthropic(api_key=..., max_retries=0,
+http_client=httpx2.Client(transport=httpx2.MockTransport(api.handler)))` exactly as it does for a live call, and
+`RecordedAPI.handler` answers each HTTP POST /v1/messages from recorded JSON bodies (a Messages API reply, or an error
+reply with its status and headers) or raises a transport error (the network is down). So a change of the SDK's
+signature or wire format fails these tests instead of passing a double that accepts any keyword.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 anthropic = pytest.importorskip("anthropic")
-try:  # the SDK's own HTTP library: httpx2 in anthropic 2.x, httpx before
-    import httpx2 as httpx
-except ImportError:
-    import httpx
+import httpx2 as httpx  # noqa: E402  the SDK's own HTTP library (anthropic 2.x)
 
 from workbench.core.candidate import Candidate, content_hash
 from workbench.core.outcomes import BINS, FAILS, Forecast, bin_index, outcome_index
@@ -24,6 +26,7 @@ from workbench.core.records import FAIL, PASS, STAGES, Evaluation, StageRecord
 from workbench.harness.static import check_static
 from workbench.llm import (
     CallRecorder,
+    LLMCallError,
     LLMClient,
     LLMConfig,
     LLMProposer,
@@ -35,7 +38,7 @@ from workbench.llm import (
     redact,
     rewards,
 )
-from workbench.llm.client import NO_KEY
+from workbench.llm.client import NO_KEY, SDK_RANGE, check_request, sdk_parameters
 from workbench.llm.proposer import INSTRUCTIONS
 from workbench.llm.retrieval import rank_families
 from workbench.llm.surrogate import COMPILE_ANCHOR, forecast_prompts
@@ -45,6 +48,9 @@ from workbench.store import Store
 from workbench.surrogates.forecast import Surrogate, forecasts_for
 
 RECORDINGS = Path(__file__).parent / "llm_recordings"
+TEST_KEY = "sk-ant-test-0123456789"
+DOWN = httpx.ConnectError("[Errno 111] Connection refused")  # what the transport raises with the network down
+CANDIDATE_RE = re.compile(r"^## Candidate\n```python\n(.*)\n```\n\nForecast its outcome", re.DOTALL)
 
 
 def recording(name: str) -> dict:
@@ -53,62 +59,66 @@ def recording(name: str) -> dict:
     return d
 
 
-class _Messages:
-    def __init__(self, owner: "RecordedAnthropic"):
-        self.owner = owner
+def response(name: str, request: httpx.Request) -> httpx.Response:
+    """A recording as the HTTP response the service would send: a reply (200), or an error reply with its status,
+    headers and body (`http_*.json`)."""
+    d = recording(name)
+    if "status" in d:
+        return httpx.Response(d["status"], headers=d.get("headers", {}), json=d["body"], request=request)
+    return httpx.Response(200, headers={"request-id": f"req_{d['id']}"}, json=d, request=request)
 
-    def create(self, **kwargs):
-        self.owner.requests.append(kwargs)
-        if not self.owner.script:
-            raise AssertionError("RecordedAnthropic: no recorded reply left")
-        item = self.owner.script.pop(0)
+
+class RecordedAPI:
+    """The Messages API over HTTP for the real SDK client. Each POST /v1/messages is answered in order from `script`
+    (a recording name, or an exception the transport raises), or with `by_candidate` by the candidate in the request
+    (content hash -> recording name: parallel calls get the same answers whatever order they arrive in). Keeps each
+    request's JSON body (`requests`) and headers. A request beyond the script gets a 418, never a recorded reply."""
+
+    def __init__(self, *script, by_candidate: dict[str, str] | None = None):
+        self.script = list(script)
+        self.replies = dict(by_candidate) if by_candidate is not None else None
+        self.requests: list[dict] = []
+        self.headers: list[httpx.Headers] = []
+        self._lock = threading.Lock()
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        assert request.method == "POST" and request.url.path == "/v1/messages"
+        body = json.loads(request.content)
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(request.headers)
+            if self.replies is not None:
+                source = CANDIDATE_RE.search(body["messages"][0]["content"]).group(1)
+                item = self.replies.get(content_hash(source), "no reply for this candidate")
+            else:
+                item = self.script.pop(0) if self.script else "no recorded reply left"
         if isinstance(item, BaseException):
             raise item
-        return anthropic.types.Message.model_validate(recording(item) if isinstance(item, str) else item)
+        if item.startswith("no "):
+            return httpx.Response(418, json={"type": "error", "error": {"type": "test", "message": item}})
+        return response(item, request)
+
+    def http_client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self.handler))
 
 
-class RecordedAnthropic:
-    """Replies in order: a recording name, a Message dict, or an exception to raise."""
-
-    def __init__(self, *script):
-        self.script = list(script)
-        self.requests: list[dict] = []
-        self.messages = _Messages(self)
-
-
-class _ByCandidate(_Messages):
-    def create(self, **kwargs):
-        self.owner.requests.append(kwargs)
-        source = CANDIDATE_RE.search(kwargs["messages"][0]["content"]).group(1)
-        name = self.owner.replies.get(content_hash(source))
-        if name is None:
-            raise AssertionError(f"ReplyByCandidate: no reply for candidate {content_hash(source)}")
-        return anthropic.types.Message.model_validate(recording(name))
-
-
-class ReplyByCandidate:
-    """Forecast replies chosen by the candidate in the request (content hash -> recording name), not by call order:
-    parallel calls get the same answers whatever order they arrive in."""
-
-    def __init__(self, replies: dict[str, str]):
-        self.replies = dict(replies)
-        self.requests: list[dict] = []
-        self.messages = _ByCandidate(self)
-
-
-CANDIDATE_RE = re.compile(r"^## Candidate\n```python\n(.*)\n```\n\nForecast its outcome", re.DOTALL)
-
-
-def rate_limit() -> Exception:
-    response = httpx.Response(429, request=httpx.Request("POST", "https://api.anthropic.com/v1/messages"))
-    return anthropic.RateLimitError("rate limited", response=response, body=None)
-
-
-def make_client(*script, recorder=None, **config):
-    client = LLMClient(LLMConfig(**config), client=RecordedAnthropic(*script), recorder=recorder)
-    client.sleeps = []
-    client.sleep = client.sleeps.append  # never wait in tests
+def client_on(api: RecordedAPI, recorder=None, wait: bool = False, **config) -> LLMClient:
+    """An `LLMClient` on the real SDK, its HTTP answered by `api`; unless `wait`, retries record their waits in
+    `client.sleeps` instead of sleeping."""
+    client = LLMClient(LLMConfig(**config), recorder=recorder, http_client=api.http_client(), api_key=TEST_KEY)
+    client.api = api
+    if not wait:
+        client.sleeps = []
+        client.sleep = client.sleeps.append
     return client
+
+
+def make_client(*script, recorder=None, **config) -> LLMClient:
+    return client_on(RecordedAPI(*script), recorder=recorder, **config)
+
+
+def ReplyByCandidate(replies: dict[str, str]) -> RecordedAPI:  # noqa: N802  (reads as the class it replaced)
+    return RecordedAPI(by_candidate=replies)
 
 
 @pytest.fixture(scope="module")
@@ -133,17 +143,16 @@ def test_proposer_round_trip(problem, tmp_path):
 
 
 def test_proposer_request_shape(problem, tmp_path):
-    """The exact keyword arguments one proposer call sends to `messages.create`."""
-    client = make_client("proposer_ok", model="claude-sonnet-4-5", temperature=0.7, max_tokens=8192)
+    """The exact JSON body one proposer call posts: what `LLMClient.request` builds, nothing the SDK added or lost."""
+    client = make_client("proposer_ok", model="claude-sonnet-4-6", max_tokens=8192)
     proposer = LLMProposer(problem, client)
     parent = (RECORDINGS.parent.parent / "workbench/examples/scale_shift_relu_triton.py").read_text()
     proposer.propose(parent_source=parent, measurements={"speedup_vs_eager": 1.1, "candidate_ms": 0.9},
                      findings_text="- HIGH DRAM at 91% of peak.", memory_text="3 attempts: 2 pass, 1 fail")
-    [request] = client.client.requests
+    [request] = client.api.requests
     assert request == {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "max_tokens": 8192,
-        "temperature": 0.7,
         "system": [{"type": "text", "text": proposer.stable_prompt(), "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": proposer.user_prompt(
             parent, {"speedup_vs_eager": 1.1, "candidate_ms": 0.9}, "- HIGH DRAM at 91% of peak.",
@@ -157,13 +166,16 @@ def test_proposer_request_shape(problem, tmp_path):
 
 
 def test_proposer_malformed_and_truncated(problem):
-    client = make_client("proposer_malformed", "proposer_truncated")
+    client = make_client("proposer_malformed", "proposer_truncated", "proposer_bad_python")
     proposer = LLMProposer(problem, client)
     [bad] = proposer.propose()
     assert bad.candidate is None and bad.failure == "no code" and "single Triton kernel" in bad.reply
     [cut] = proposer.propose()
     assert cut.candidate is None and cut.failure == "truncated" and cut.reply.endswith("torch.empty_like(")
     assert cut.rationale == "one fused pass."
+    [bad_python] = proposer.propose()
+    assert bad_python.candidate is None and bad_python.failure == "syntax error at line 15: expected ':'"
+    assert client.failed == 0 and client.calls == 3  # the calls worked: the replies were unusable
 
 
 def test_proposer_several_modules_takes_last_model_new(problem):
@@ -185,7 +197,7 @@ def test_proposer_n_and_past_winners(problem, tmp_path):
         parent_source=src, measurements=evaluation(problem.key, cand.hash, fail_at="correctness"), n=2)
     assert len(proposals) == 2 and all(p.ok for p in proposals)
     assert len({p.call_id for p in proposals}) == 2 and proposals[0].candidate.parent == cand.hash
-    user = client.client.requests[0]["messages"][0]["content"]
+    user = client.api.requests[0]["messages"][0]["content"]
     assert "past winner on the similar problem `scale_shift_relu` (1.7x eager)" in user
     assert "correctness: fail (wrong answer)" in user
     store.close()
@@ -221,9 +233,9 @@ def test_surrogate_round_trip_list_and_dict(problem):
     g = surrogate.forecast_one(problem, None, "class ModelNew: ...")
     assert g.probs == pytest.approx((0, 0, 0, 0.1, 0.6, 0.1, 0, 0, 0.2)) and g.p_fail == pytest.approx(0.2)
     assert g.point == pytest.approx((0.1 * -0.25 + 0.6 * 0.25 + 0.1 * 0.75) / 0.8)
-    stable = client.client.requests[0]["system"][0]
+    stable = client.api.requests[0]["system"][0]
     assert stable["cache_control"] == {"type": "ephemeral"} and "## Anchor (eager)" in stable["text"]
-    assert client.client.requests[0]["system"] == client.client.requests[1]["system"]  # cacheable prefix
+    assert client.api.requests[0]["system"] == client.api.requests[1]["system"]  # cacheable prefix
 
 
 def test_surrogate_repeats_average_and_unparsable(problem):
@@ -237,17 +249,16 @@ def test_surrogate_repeats_average_and_unparsable(problem):
 
 
 def test_surrogate_request_shape(problem):
-    """The exact keyword arguments one forecast sends to `messages.create`."""
-    client = make_client("surrogate_fast", model="claude-sonnet-4-5", temperature=0.7, max_tokens=8192)
+    """The exact JSON body one forecast posts."""
+    client = make_client("surrogate_fast", model="claude-sonnet-4-6", max_tokens=8192)
     cand = Candidate((RECORDINGS.parent.parent / "workbench/examples/scale_shift_relu_triton.py").read_text())
     [f] = LLMSurrogate(client).forecast(problem, [cand])
-    [request] = client.client.requests
+    [request] = client.api.requests
     stable = (f"{FORECAST_INSTRUCTIONS}\n\n## Reference problem\n```python\n{problem.source.strip()}\n```\n\n"
               f"## Anchor (eager)\n```python\n{problem.source.strip()}\n```")
     assert request == {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "max_tokens": 8192,
-        "temperature": 0.7,
         "system": [{"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": f"## Candidate\n```python\n{cand.source.strip()}\n```\n\n"
                                                  "Forecast its outcome as the JSON object."}],
@@ -261,7 +272,7 @@ def test_surrogate_protocol_keeps_order_under_concurrency(problem):
     cands = [Candidate(f"class ModelNew:  # variant {i}\n    pass\n") for i in range(6)]
     names = ["surrogate_fast", "surrogate_slow", "surrogate_fails", "forecast_bad", "surrogate_slow", "surrogate_fast"]
     sdk = ReplyByCandidate({c.hash: n for c, n in zip(cands, names)})
-    client = LLMClient(LLMConfig(concurrency=4), client=sdk)
+    client = client_on(sdk, concurrency=4)
     surrogate = LLMSurrogate(client)
     assert isinstance(surrogate, Surrogate)
     out = forecasts_for(surrogate, problem, cands)
@@ -274,7 +285,7 @@ def test_surrogate_protocol_keeps_order_under_concurrency(problem):
 
     # repeats: each candidate asked twice, averaged; the sources may be plain text too
     sdk = ReplyByCandidate({cands[0].hash: "surrogate_fast", cands[1].hash: "surrogate_slow"})
-    two = LLMSurrogate(LLMClient(LLMConfig(concurrency=3), client=sdk), repeats=2).forecast(
+    two = LLMSurrogate(client_on(sdk, concurrency=3), repeats=2).forecast(
         problem, [cands[0].source, cands[1]])
     assert len(sdk.requests) == 4 and [len(f.call_ids) for f in two] == [2, 2]
     assert two[0].probs == pytest.approx(out[0].probs) and two[1].probs == pytest.approx(out[1].probs)
@@ -283,7 +294,7 @@ def test_surrogate_protocol_keeps_order_under_concurrency(problem):
 def test_surrogate_anchors_and_bad_calls(problem):
     client = make_client("surrogate_slow")
     [f] = LLMSurrogate(client).forecast(problem, [Candidate("class ModelNew: pass\n")], anchor="compile")
-    system = client.client.requests[0]["system"][0]["text"]
+    system = client.api.requests[0]["system"][0]["text"]
     assert f.parsed and f"## Anchor (compile)\n```python\n{COMPILE_ANCHOR}\n```" in system
     assert system == forecast_prompts(problem.source, "compile", COMPILE_ANCHOR, "x")[0]
     surrogate = LLMSurrogate(make_client())
@@ -295,7 +306,7 @@ def test_surrogate_anchors_and_bad_calls(problem):
         surrogate.forecast(problem, [42])
     with pytest.raises(ValueError, match="repeats"):
         LLMSurrogate(make_client(), repeats=0)
-    assert not surrogate.client.client.requests  # nothing was sent for bad input
+    assert not surrogate.client.api.requests  # nothing was sent for bad input
 
 
 def test_forecast_bins():
@@ -306,27 +317,115 @@ def test_forecast_bins():
     assert Forecast((0,) * 8 + (1,)).point is None
 
 
-# ---- client: retries, cost, redaction, no key ----
-def test_rate_limit_retries_then_succeeds(problem):
-    client = make_client(rate_limit(), rate_limit(), "forecast_list", backoff_s=1.0)
+# ---- client: the SDK's signature, retries, failures in words, cost, redaction, no key ----
+def test_request_fits_the_installed_sdk():
+    """What `LLMClient.request` sends is what the installed SDK's `messages.create` takes (checked once, at
+    construction), and an SDK that does not take it is refused in words before any call."""
+    create = anthropic.Anthropic(api_key=TEST_KEY).messages.create  # the bound method, as the client calls it
+    names, required = sdk_parameters(create)
+    kwargs = make_client().request("stable", "user")
+    assert set(kwargs) <= names and required <= set(kwargs)
+    check_request(create, kwargs)
+
+    def older(*, model, max_tokens, messages, temperature):  # a required keyword we do not send
+        raise AssertionError("never called")
+
+    def newer(*, model, messages, max_tokens):  # no system block any more
+        raise AssertionError("never called")
+
+    for create, words in ((older, "requires ['temperature']"), (newer, "does not accept ['system']")):
+        with pytest.raises(LLMUnavailable, match=re.escape(words)) as info:
+            LLMClient(client=type("SDK", (), {"messages": type("M", (), {"create": staticmethod(create)})})())
+        assert SDK_RANGE in str(info.value) and anthropic.__version__ in str(info.value)
+
+
+def test_key_from_the_environment(monkeypatch):
+    """The live construction: the key read from ANTHROPIC_API_KEY, sent by the SDK, never recorded."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env-key-42")
+    api, recorder = RecordedAPI("forecast_list"), CallRecorder()
+    client = LLMClient(LLMConfig(), recorder=recorder, http_client=api.http_client())
+    assert LLMSurrogate(client).forecast_one("problem", None, "cand").parsed
+    [headers] = api.headers
+    assert "sk-ant-env-key-42" in headers.get("authorization", "") + headers.get("x-api-key", "")
+    assert "sk-ant-env-key-42" not in json.dumps(recorder.calls())
+
+
+def test_server_error_then_success(problem):
+    client = make_client("http_500", "http_529", "forecast_list", backoff_s=1.0)
     f = LLMSurrogate(client).forecast_one(problem, None, "cand")
-    assert f.parsed and client.retries == 2 and len(client.client.requests) == 3
+    assert f.parsed and client.retries == 2 and len(client.api.requests) == 3 and client.failed == 0
     assert len(client.sleeps) == 2 and 0.5 <= client.sleeps[0] <= 1.5 and 1.0 <= client.sleeps[1] <= 3.0
+    assert client.api.requests[0] == client.api.requests[2]  # the same request again
 
 
-def test_retries_give_up_and_connection_errors(problem):
+def test_server_errors_give_up_within_bounds(problem):
     recorder = CallRecorder()
-    client = make_client(*[rate_limit()] * 3, recorder=recorder, max_retries=2)
+    client = make_client(*["http_500"] * 3, recorder=recorder, max_retries=2)
     [p] = LLMProposer(problem, client).propose()
-    assert p.candidate is None and p.failure.startswith("RateLimitError")
+    assert p.candidate is None and len(client.api.requests) == 3
+    assert p.failure.startswith("InternalServerError (HTTP 500): Internal server error -- the service kept failing "
+                                "after 3 attempts over")
     assert recorder.calls()[0]["ok"] == 0 and recorder.calls()[0]["retries"] == 2
-    conn = anthropic.APIConnectionError(request=httpx.Request("POST", "https://api.anthropic.com/v1/messages"))
-    client = make_client(conn, "forecast_list")
-    assert LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.retries == 1
-    bad_request = anthropic.BadRequestError("bad", response=httpx.Response(
-        400, request=httpx.Request("POST", "https://api.anthropic.com/v1/messages")), body=None)
-    client = make_client(bad_request, "forecast_list")
-    assert not LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.retries == 0
+    assert client.summary()["failed"] == 1 and client.summary()["last_error"] == p.failure
+    # the waits of one call stop at retry_budget_s: a retry that would pass it is not made
+    client = make_client(*["http_500"] * 10, max_retries=9, backoff_s=4.0, max_backoff_s=8.0, retry_budget_s=10.0)
+    with pytest.raises(LLMCallError, match="the service kept failing"):
+        client.complete("s", "u", "test")
+    assert sum(client.sleeps) <= 10.0 and len(client.api.requests) == len(client.sleeps) + 1 < 10
+
+
+def test_rate_limit_waits_as_asked(problem):
+    client = make_client("http_429", "forecast_list", backoff_s=0.1)
+    assert LLMSurrogate(client).forecast_one(problem, None, "cand").parsed
+    assert client.sleeps == [2.0] and client.retries == 1  # retry-after: 2, more than our own backoff
+    # asked to wait longer than max_backoff_s: no retry, and the message says why
+    client = make_client("http_429_long", "forecast_list")
+    [p] = LLMProposer(problem, client).propose()
+    assert p.candidate is None and len(client.api.requests) == 1 and not client.sleeps
+    assert p.failure.startswith("RateLimitError (HTTP 429): Number of request tokens") and \
+        "the service asked to wait 120 s, more than max_backoff_s=30" in p.failure
+
+
+def test_bad_key_is_not_retried_and_ends_the_calls(problem):
+    recorder = CallRecorder()
+    client = make_client("http_401", "forecast_list", recorder=recorder)
+    [p] = LLMProposer(problem, client).propose()
+    assert p.candidate is None and len(client.api.requests) == 1 and client.retries == 0
+    assert p.failure == ("AuthenticationError (HTTP 401): invalid x-api-key -- the API key was refused: check "
+                         "ANTHROPIC_API_KEY (not retried)")
+    assert client.fatal == p.failure
+    f = LLMSurrogate(client).forecast_one(problem, None, "cand")  # nothing is sent: it would fail the same way
+    assert not f.parsed and f.failure == p.failure and len(client.api.requests) == 1
+    assert [c["ok"] for c in recorder.calls()] == [0, 0] and TEST_KEY not in json.dumps(recorder.calls())
+    client = make_client("http_400", "forecast_list")  # a refused request is not retried, but is not fatal
+    assert not LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.fatal is None
+    assert LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and client.retries == 0
+
+
+def test_network_down(problem):
+    """Bounded retries, then one clear message; later calls try once until one gets through. Real sleeps here
+    (short backoff): the whole failure takes well under a second."""
+    client = make_client(*[DOWN] * 5, "forecast_list", max_retries=2, backoff_s=0.01)
+    client.sleep = time.sleep
+    t0 = time.perf_counter()
+    [p] = LLMProposer(problem, client).propose()
+    first = time.perf_counter() - t0
+    assert p.candidate is None and len(client.api.requests) == 3 and first < 1.0
+    assert re.fullmatch(r"APIConnectionError: Connection error\. -- could not reach the Anthropic API after 3 "
+                        r"attempts over \d+\.\d s: check the network \(and ANTHROPIC_BASE_URL if set\)", p.failure)
+    assert client.unreachable and client.fatal is None
+    [q] = LLMProposer(problem, client).propose()  # still down: one attempt, no retries
+    assert len(client.api.requests) == 4 and "after 1 attempt over" in q.failure and "tried once" in q.failure
+    client.api.script = ["forecast_list"]  # back up: the next call gets through and the client retries again
+    assert LLMSurrogate(client).forecast_one(problem, None, "cand").parsed and not client.unreachable
+    assert client.summary()["failed"] == 2 and client.summary()["calls"] == 1
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError, match="max_retries"):
+        LLMConfig(max_retries=-1)
+    with pytest.raises(ValueError, match="non-negative"):
+        LLMConfig(backoff_s=float("nan"))
 
 
 def test_cost_accounting(problem, tmp_path):

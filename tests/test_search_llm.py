@@ -1,6 +1,7 @@
 """A search whose children are written by the LLM proposer (`make_search(..., proposer="llm")`), never the live service:
-replies come from `RecordedAnthropic` (tests/llm_recordings/, `search_llm_*` are hand-written for these tests) and
-timings from `RecordingGPU`, the test double standing in for the H200 (tests/test_search.py).
+replies are recorded HTTP responses served to the real SDK client (`test_llm.RecordedAPI`; tests/llm_recordings/,
+`search_llm_*` are hand-written for these tests) and timings from `RecordingGPU`, the test double standing in for the
+H200 (tests/test_search.py).
 
 With these sizes the test double passes the root (offline default, ~1.16x), `search_llm_block1024` (~1.71x) and
 `search_llm_fma_where` (~1.76x), and fails `proposer_ok`'s module at correctness."""
@@ -38,7 +39,7 @@ def llm_search(problem, offline, *script, **kwargs):
 def test_llm_search_evaluates_written_candidates(problem, offline):
     s, client = llm_search(problem, offline, "search_llm_block1024", "proposer_malformed", "search_llm_fma_where",
                            "proposer_ok", per_step=2, seed=0)
-    requests = client.client.requests
+    requests = client.api.requests
     s.step()  # the root: the offline proposer's default point, no LLM call
     root = s.tree.root
     assert root.move == "root" and root.choice == offline.default_choice() and root.source is None
@@ -92,20 +93,23 @@ def test_failed_proposals_never_stop_the_search(problem, offline):
     assert report.stopped is None and [n["move"] for n in report.nodes] == ["llm"]
 
     # only steps that all fail, several in a row, end a headless run; a call error is a failure like a bad reply
-    s, client = llm_search(problem, offline, "proposer_malformed", ValueError("boom"), "proposer_truncated",
+    s, client = llm_search(problem, offline, "proposer_malformed", "http_400", "proposer_truncated",
                            per_step=1)
     s.run()
     assert s.steps == 4 and len(s.tree.nodes) == 1
     reasons = [a.reason for a in s.memory.attempts if a.stage == "propose"]
-    assert reasons[:3] == ["unparsable reply: no code", "llm call failed: ValueError: boom",
-                           "unparsable reply: truncated"]
+    assert reasons[0] == "unparsable reply: no code" and reasons[2] == "unparsable reply: truncated"
+    assert reasons[1].startswith("llm call failed: BadRequestError (HTTP 400): prompt is too long")
+    assert s.stopped().startswith("llm proposals failing: 3 steps in a row without a usable module; last: ")
+    assert s.llm_failure() == s.stopped()
 
 
 def test_llm_stop_reason(problem, offline):
     s, _ = llm_search(problem, offline, "proposer_malformed", "proposer_malformed", "proposer_malformed", per_step=1)
     reports = []
     s.run(progress=reports.append)
-    assert [r.stopped for r in reports] == [None, None, None, "llm proposals failing"]
+    assert [r.stopped for r in reports] == [None, None, None, "llm proposals failing: 3 steps in a row without a "
+                                            "usable module; last: unparsable reply: no code"]
 
 
 @pytest.mark.parametrize("strategy", ["beam", "evolutionary", "mcts"])
@@ -139,7 +143,7 @@ def test_resume_with_source_nodes(tmp_path, problem, offline):
     assert again.summaries[1] == first.summaries[1]
 
     again.run(steps=1)
-    [request, _] = client.client.requests
+    [request, _] = client.api.requests
     content = request["messages"][0]["content"]
     assert node.source.strip() in content and "unparsable reply x1" in content
     # block1024 again is a known source: not evaluated twice; fma_where is new
@@ -176,9 +180,9 @@ def test_llm_proposer_and_llm_surrogate_screen_together(tmp_path, problem, offli
                     screening=ScreeningConfig(LLMSurrogate(client), SelectivePolicy(tau=1.01, explore=0.0),
                                               overgenerate=3))
     s.step()
-    assert s.tree.root.status == "measured" and not client.client.requests  # the root: no LLM, no screening
+    assert s.tree.root.status == "measured" and not client.api.requests  # the root: no LLM, no screening
     report = s.step()
-    requests = client.client.requests
+    requests = client.api.requests
     assert len(requests) == 6 and client.calls == 6
 
     block, fma, bad = (s.tree.nodes[i] for i in (1, 2, 3))
@@ -229,7 +233,7 @@ def test_cli_search_with_llm_proposer_and_surrogate(capsys):
     assert report["candidates"] == 4 and report["skipped_by_surrogate"] == 2
     assert report["llm"]["calls"] == 6 and report["llm"]["cost_usd"] > 0
     assert report["replay"]["answered"] >= 1
-    user = client.client.requests[4]["messages"][0]["content"]
+    user = client.api.requests[4]["messages"][0]["content"]
     assert "tl.fma" in user and "## Candidate" in user
 
 
@@ -240,3 +244,85 @@ def test_cli_llm_surrogate_without_key(monkeypatch, capsys):
     rc = cli.main(["search", "scale_shift_relu", "--device", "replay", "--surrogate", "llm", "--steps", "1",
                    "--no-store"])
     assert rc == 2 and "no ANTHROPIC_API_KEY in the environment" in capsys.readouterr().err
+
+
+# ---- every failure visible ----
+def test_bad_key_stops_the_search_at_once(problem, offline):
+    s, client = llm_search(problem, offline, "http_401", "search_llm_block1024", per_step=1)
+    reports = []
+    s.run(steps=10, progress=reports.append)
+    assert len(reports) == 2 and len(client.api.requests) == 1  # the root, then one refused call: no more
+    assert reports[-1].stopped == ("llm unusable: AuthenticationError (HTTP 401): invalid x-api-key -- the API key "
+                                   "was refused: check ANTHROPIC_API_KEY (not retried)")
+    assert s.llm_failure() == reports[-1].stopped
+
+
+def test_one_failed_step_is_reported_too(problem, offline):
+    """Fewer steps than max_failed_steps, every LLM proposal failed: not a stop, still a failure with its reason."""
+    s, _ = llm_search(problem, offline, "proposer_malformed", per_step=1)
+    s.run(steps=2)
+    assert s.stopped() is None and s.llm_failure() == "every LLM proposal failed (1); last: unparsable reply: no code"
+    s, _ = llm_search(problem, offline, "proposer_malformed", "search_llm_block1024", per_step=1)
+    s.run(steps=3)
+    assert s.llm_failure() is None  # one usable module: the LLM did its part
+
+
+def test_cli_search_network_down_says_why_and_exits_nonzero(capsys):
+    """`--proposer llm` with the network down: bounded retries on the first call, one try on the later ones, the
+    search stops after max_failed_steps, the last error is printed and the exit status is 1, in well under a
+    second of wall time (short backoff)."""
+    import time
+
+    from test_llm import DOWN
+
+    from workbench import cli
+
+    client = make_client(*[DOWN] * 10, concurrency=1, max_retries=2, backoff_s=0.01)
+    client.sleep = time.sleep
+    t0 = time.perf_counter()
+    rc = cli.main(["search", "scale_shift_relu", "--device", "replay", "--proposer", "llm", "--steps", "10",
+                   "--per-step", "1", "--no-store", "--json"], llm_client_factory=lambda store=None, model=None: client)
+    assert rc == 1 and time.perf_counter() - t0 < 5.0
+    out, err = capsys.readouterr()
+    assert len(client.api.requests) == 3 + 1 + 1  # 3 attempts on the first call, then one per failing step
+    assert "workbench: warning: 3 LLM call(s) failed; last: APIConnectionError" in err
+    assert "workbench: error: llm proposals failing: 3 steps in a row without a usable module; last: llm call " \
+           "failed: APIConnectionError: Connection error. -- could not reach the Anthropic API after 1 attempt" in err
+    import json
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["llm"]["failed"] == 3 and report["llm"]["last_error"].startswith("APIConnectionError")
+
+
+def test_uninformative_forecasts_never_skip(problem, offline):
+    """The LLM surrogate answers nothing usable (a uniform forecast, an unreadable one, a failed call): the policy,
+    with one GPU slot for three children, defers all three to the GPU and skips none."""
+    from workbench.llm import LLMSurrogate
+    from workbench.search import ScreeningConfig
+    from workbench.surrogates import SelectivePolicy
+
+    client = make_client("search_llm_block1024", "search_llm_fma_where", "proposer_ok",
+                         "forecast_uniform", "forecast_bad", "http_500", concurrency=1, max_retries=0)
+    s = make_search(problem, RecordingGPU(), proposer="llm", llm_client=client, offline=offline, per_step=1,
+                    screening=ScreeningConfig(LLMSurrogate(client), SelectivePolicy(tau=0.2, explore=0.0),
+                                              overgenerate=3))
+    s.run(steps=2)
+    children = [s.tree.nodes[i] for i in (1, 2, 3)]
+    assert len(client.api.requests) == 6 and client.failed == 1
+    assert [n.forecast["decision"] for n in children] == ["defer"] * 3
+    assert [n.forecast["confidence"] for n in children] == [pytest.approx(1 / 9), 0.0, 0.0]
+    assert all(n.status != "skipped" for n in children) and s.report()["skipped_by_surrogate"] == 0
+
+
+def test_policy_defers_what_carries_no_information():
+    from workbench.core.events import Decision
+    from workbench.core.outcomes import Forecast, from_log2
+    from workbench.surrogates import SelectivePolicy
+
+    uniform = Forecast((1.0,) * 9)  # parsed, and says nothing
+    winner, loser = from_log2(1.5, 0.1, 0.0), from_log2(-1.5, 0.1, 0.0)
+    policy = SelectivePolicy(tau=0.1, explore=0.0)  # 1/9 would count as confident at this tau
+    assert not policy.informative(uniform) and not policy.informative(Forecast.uniform("call failed"))
+    assert policy.informative(winner)
+    decisions = policy.decide([loser, uniform, winner, Forecast.uniform("call failed")], 1)
+    assert decisions == [Decision.SKIP, Decision.DEFER, Decision.MEASURE, Decision.DEFER]
+    assert policy.decide([uniform] * 4, 1) == [Decision.DEFER] * 4  # beyond the slots: none is dropped blind

@@ -1,6 +1,7 @@
 """The LLM surrogate in `workbench surrogate eval`: scored on the same sampled pairs and metrics as the learned
 surrogate and the baselines, on a small cut of the real H200 dataset (tests/fixtures/dataset_small), with recorded
-replies (tests/llm_recordings/surrogate_*.json, hand-written) chosen per candidate: never the live service."""
+replies (tests/llm_recordings/surrogate_*.json, hand-written) chosen per candidate and served over HTTP to the real SDK
+client (test_llm.RecordedAPI): never the live service."""
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ import pytest
 pytest.importorskip("anthropic")
 pytest.importorskip("lightgbm")
 
-from test_llm import ReplyByCandidate, recording  # noqa: E402
+from test_llm import ReplyByCandidate, client_on, recording  # noqa: E402
 
 from workbench import cli  # noqa: E402
-from workbench.llm import LLMClient, LLMConfig, LLMSurrogate, extract_forecast, rewards  # noqa: E402
+from workbench.llm import LLMSurrogate, extract_forecast, rewards  # noqa: E402
 from workbench.llm.dataset_eval import LLMRowsSurrogate, llm_factory  # noqa: E402
 from workbench.metrics.bins import to_bin  # noqa: E402
 from workbench.proposers.recorded import DatasetSources  # noqa: E402
@@ -83,7 +84,7 @@ def test_sample_rows(table, eligible, sample):
 # ---- the adapter and the evaluation ----
 def test_llm_scored_on_the_same_pairs_as_the_others(cands, table, sample):
     sdk = ReplyByCandidate(replies_by_truth(table, sample))
-    client = LLMClient(LLMConfig(concurrency=2), client=sdk)
+    client = client_on(sdk, concurrency=2)
     fast = default_surrogates(trees=20)
     factories = {"learned": fast["learned"], "prior": fast["prior"], "oracle": fast["oracle"],
                  "llm": llm_factory(LLMSurrogate(client), cands)}
@@ -115,7 +116,7 @@ def test_llm_scored_on_the_same_pairs_as_the_others(cands, table, sample):
 
 
 def test_rows_without_a_source_are_refused(cands, table, eligible):
-    adapter = LLMRowsSurrogate(LLMSurrogate(LLMClient(client=ReplyByCandidate({}))), DatasetSources(cands))
+    adapter = LLMRowsSurrogate(LLMSurrogate(client_on(ReplyByCandidate({}))), DatasetSources(cands))
     orphans = table[~eligible].head(2)
     with pytest.raises(ValueError, match="2 of 2 rows have no regenerable source"):
         adapter.predict_frame(orphans)
@@ -136,7 +137,7 @@ def test_cli_eval_with_the_llm(capsys, table, sample):
 
     def client(store=None, model=None):
         built.append(model)
-        return LLMClient(LLMConfig(model=model or "claude-sonnet-4-5", concurrency=1), client=sdk)
+        return client_on(sdk, model=model or "claude-sonnet-4-6", concurrency=1)
 
     args = ["surrogate", "eval", "--data", str(DATA), "--folds", "3", "--trees", "20", "--limit-pairs", "6",
             "--pairs-per-problem", "3", "--seed", "0"]

@@ -98,4 +98,11 @@ def cmd_search(args) -> int:
     if replayed is not None:
         report["replay"] = replayed
     print(json.dumps(report, default=str) if args.json else json.dumps(report, indent=1, default=str))
+    if llm_client is not None and llm_client.failed:  # failed calls are visible even when the search went on
+        print(f"workbench: warning: {llm_client.failed} LLM call(s) failed; last: {llm_client.last_error}",
+              file=sys.stderr)
+    failure = search.llm_failure()
+    if failure:  # --proposer llm produced nothing: the run did not do what was asked
+        print(f"workbench: error: {failure}", file=sys.stderr)
+        return 1
     return 0

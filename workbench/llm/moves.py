@@ -35,7 +35,16 @@ class LLMMoves:
         self.llm = llm_proposer  # workbench.llm.LLMProposer (or anything with its propose())
         self.offline = offline  # workbench.proposers.offline.OfflineProposer: renders a Choice parent
         self.failures: list[FailedProposal] = []
-        self.calls = 0
+        self.calls = 0  # moves() calls
+        self.usable = 0  # proposals that gave a candidate
+        self.failed = 0  # proposals that did not
+        self.last_failure: str | None = None
+
+    @property
+    def fatal(self) -> str | None:
+        """Why no later LLM call can succeed (a refused key, an unknown model, an SDK that rejects the request), from
+        the proposer's client; None while calls may still work."""
+        return getattr(getattr(self.llm, "client", None), "fatal", None)
 
     def parent_source(self, parent_payload: Any) -> str | None:
         if parent_payload is None:
@@ -57,18 +66,24 @@ class LLMMoves:
                                          memory_text=memory_text, n=k)
         except Exception as e:  # LLMProposer catches call errors itself; anything else must not stop the search
             proposals = []
-            self.failures.append(FailedProposal(content_hash(source) if source else None,
-                                                f"llm call failed: {type(e).__name__}: {e}", None))
+            self._failed(FailedProposal(content_hash(source) if source else None,
+                                        f"llm call failed: {type(e).__name__}: {e}", None))
         self.calls += 1
         out: list[tuple[str, Candidate]] = []
         for p in proposals:
             if p.ok:
+                self.usable += 1
                 out.append((MOVE, p.candidate))
                 continue
             what = "unparsable reply" if p.call_id else "llm call failed"
-            self.failures.append(FailedProposal(content_hash(source) if source else None,
-                                                f"{what}: {p.failure or 'no candidate'}", p.call_id, p.rationale))
+            self._failed(FailedProposal(content_hash(source) if source else None,
+                                        f"{what}: {p.failure or 'no candidate'}", p.call_id, p.rationale))
         return out
+
+    def _failed(self, failure: FailedProposal) -> None:
+        self.failures.append(failure)
+        self.failed += 1
+        self.last_failure = failure.reason
 
     def drain_failures(self) -> list[FailedProposal]:
         out, self.failures = self.failures, []

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from ..core.candidate import Candidate, content_hash
-from .client import LLMClient
+from .client import LLMClient, failure_text
 from .parsing import extract_module, extract_rationale
 from .retrieval import past_winners, retrieve_families
 
@@ -121,7 +121,7 @@ class LLMProposer:
         try:
             reply = self.client.complete(stable, user, purpose=f"propose:{self.problem.name}")
         except Exception as e:  # the client already retried what is worth retrying, and recorded the failure
-            return Proposal(None, "", "", None, failure=f"{type(e).__name__}: {e}")
+            return Proposal(None, "", "", None, failure=failure_text(e))
         parsed = extract_module(reply.text, reply.stop_reason)
         rationale = extract_rationale(reply.text)
         if not parsed.ok:

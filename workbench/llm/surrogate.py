@@ -7,10 +7,12 @@ single-source form (any module text, e.g. one an LLM wrote).
 
 The stable (cached) block holds the instructions, the problem and the anchor's source, so forecasting many candidates
 against one anchor pays for that prefix once. Anchors: "eager" (the reference itself) and "compile" (torch.compile of
-the reference, described in words: its generated code is not ours to show). `repeats` > 1 asks again (temperature >
-0) and averages the readable replies; when none is readable the forecast is uniform with `parsed=False` and confidence
-0, and the calls stay in the client's record with their replies. Calls for several candidates (and repeats) go out in
-parallel up to the client's concurrency limit; results come back in the candidates' order whatever the timing.
+the reference, described in words: its generated code is not ours to show). `repeats` > 1 asks again (the SDK has
+no temperature: the replies vary by the service's own sampling) and averages the readable replies; when none is
+readable (or every call failed) the forecast is uniform with `parsed=False` and confidence 0 -- it carries no
+information, so the selective policy never skips on it -- and the calls stay in the client's record. Calls for
+several candidates (and repeats) go out in parallel up to the client's concurrency limit; results come back in the
+candidates' order whatever the timing.
 
 `forecast_prompts` is also what `rewards.export_pairs` uses, so fine-tuning data and live prompts match.
 """
@@ -21,7 +23,7 @@ from typing import Any, Sequence
 
 from ..core.candidate import Candidate
 from ..core.outcomes import BINS, Forecast
-from .client import LLMClient
+from .client import LLMClient, failure_text
 from .parsing import ParsedForecast, extract_forecast
 
 INSTRUCTIONS = f"""\
@@ -113,7 +115,7 @@ class LLMSurrogate:
         try:
             reply = self.client.complete(stable, user, purpose=purpose)
         except Exception as e:  # retried and recorded by the client
-            return None, ParsedForecast(None, failure=f"{type(e).__name__}: {e}")
+            return None, ParsedForecast(None, failure=failure_text(e))
         return reply.call_id, extract_forecast(reply.text)
 
 

@@ -200,9 +200,33 @@ class Search:
     def stopped(self) -> str | None:
         """Why no further step should run: the budget, or LLM replies failing step after step; None to go on."""
         reason = self.budget.exhausted()
-        if not reason and self.llm is not None and self.failed_steps >= self.llm.max_failed_steps:
-            reason = "llm proposals failing"
+        if not reason and self.llm is not None:
+            if self.llm.moves.fatal:
+                reason = f"llm unusable: {self.llm.moves.fatal}"
+            elif self.failed_steps >= self.llm.max_failed_steps:
+                reason = (f"llm proposals failing: {self.failed_steps} steps in a row without a usable module; "
+                          f"last: {self._last_llm_failure()}")
         return reason
+
+    def _last_llm_failure(self) -> str:
+        """The newest failed LLM proposal's reason (this run's, else one replayed from the events)."""
+        last = self.llm.moves.last_failure if self.llm is not None else None
+        if last is None:
+            last = next((a.reason for a in reversed(self.memory.attempts) if a.stage == "propose"), None)
+        return last or "unknown"
+
+    def llm_failure(self) -> str | None:
+        """Why the LLM proposer gave this run nothing, or None: it stopped the search (a fatal error, or failing
+        steps), or every one of its proposals in this run failed. The CLI exits non-zero with it."""
+        if self.llm is None:
+            return None
+        reason = self.stopped()
+        if reason and reason.startswith("llm "):
+            return reason
+        moves = self.llm.moves
+        if moves.failed and not moves.usable:
+            return f"every LLM proposal failed ({moves.failed}); last: {self._last_llm_failure()}"
+        return None
 
     # ---- the loop ----
     def step(self) -> StepReport:

@@ -9,8 +9,10 @@ Per candidate, one of:
   confidently wrong gets caught: floor(explore * slots) slots are set aside for them before the rest is allotted.
 - "skip": confident losers (confidence >= tau, expected log2 speedup <= min_gain), and whatever did not fit.
 
-At most `slots` candidates are measured (measure + defer + explore). Confidence is `Forecast.confidence` (the top
-probability; 0 for an unparsed forecast); promise is `expected_log2` (bins at their midpoints, "fails" at -3). Ties
+A forecast that carries no information (unparsed -- an unreadable reply or a failed call -- or exactly uniform) is never
+skipped, whatever the slots: it is deferred to the GPU, outside the slot count, since nothing justifies dropping it.
+Otherwise at most `slots` candidates are measured (measure + defer + explore). Confidence is `Forecast.confidence` (the
+top probability; 0 for an unparsed forecast); promise is `expected_log2` (bins at their midpoints, "fails" at -3). Ties
 keep the input order. Exploration draws from a generator seeded once per policy, so the same seed and the same calls
 give the same decisions.
 
@@ -48,6 +50,11 @@ class SelectivePolicy:
         error <= max_risk (+inf when none: everything is deferred to the GPU)."""
         return cls(threshold_for_risk(confidence, error, max_risk), **kw)
 
+    @staticmethod
+    def informative(f: Forecast) -> bool:
+        """Whether a forecast says anything: parsed, and not the same probability on every outcome."""
+        return f.parsed and max(f.probs) - min(f.probs) > 1e-9
+
     def confident(self, f: Forecast) -> bool:
         return f.confidence >= self.tau
 
@@ -57,11 +64,12 @@ class SelectivePolicy:
         slots = max(0, min(int(slots), n))
         gain = [expected_log2(f) for f in forecasts]
         conf = [self.confident(f) for f in forecasts]
-        by_gain = sorted(range(n), key=lambda i: (-gain[i], i))
+        blind = [not self.informative(f) for f in forecasts]
+        by_gain = sorted((i for i in range(n) if not blind[i]), key=lambda i: (-gain[i], i))
         winners = [i for i in by_gain if conf[i] and gain[i] > self.min_gain]
         unsure = [i for i in by_gain if not conf[i]]
         n_explore = int(np.floor(self.explore * slots + 1e-9))
-        out = [SKIP] * n
+        out = [DEFER if blind[i] else SKIP for i in range(n)]
         for i in (winners + unsure)[:slots - n_explore]:
             out[i] = MEASURE if conf[i] else DEFER
         pool = [i for i in range(n) if out[i] == SKIP]
