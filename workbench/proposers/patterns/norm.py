@@ -59,9 +59,10 @@ def _channel_shape_ok(shape: tuple[int, ...], channel_dims: tuple[int, ...], ran
     return list(padded) == want
 
 
-def _epilogue(ctx: Context, first: Node, x: Node, channel_dims: tuple[int, ...], channel_axis: int):
-    """(epilogue, input names, member nodes, result node) of the elementwise chain consuming only `first`, or None."""
-    if not ctx.fuse.get(first.name, True) or len(first.users) != 1:
+def _epilogue(ctx: Context, key: str, first: Node, x: Node, channel_dims: tuple[int, ...], channel_axis: int):
+    """(epilogue, input names, member nodes, result node) of the elementwise chain consuming only `first`, or None.
+    `key`: the group's first node's name, the fusion choice's key (`partition.fusion_points` names groups so)."""
+    if not ctx.fuse.get(key, True) or len(first.users) != 1:
         return None
     root = ctx.ew_of.get(next(iter(first.users)))
     if root is None or any(m in ctx.taken for m in ctx.ew[root]):
@@ -91,7 +92,7 @@ def _epilogue(ctx: Context, first: Node, x: Node, channel_dims: tuple[int, ...],
 def _group(ctx: Context, spec: NormSpec, first: Node, x: Node, nodes: list[Node], args: list[str],
            channel_dims: tuple[int, ...], channel_axis: int) -> Group | None:
     """The norm's group, with the consumer chain fused when chosen and expressible."""
-    fused = _epilogue(ctx, first, x, channel_dims, channel_axis)
+    fused = _epilogue(ctx, nodes[0].name, first, x, channel_dims, channel_axis)
     out = first
     if fused is not None:
         epi, names, members, root = fused
