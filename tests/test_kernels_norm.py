@@ -4,7 +4,7 @@
 Numerics: every case is rendered into a module file and run under the Triton interpreter on CPU tensors in one
 worker subprocess (TRITON_INTERPRET must be set before triton is imported), against torch in float64: relative
 error norm < 1e-5 for fp32 inputs, 1e-2 for bf16. Each case runs the default config and, for each strategy the
-spec allows, its first valid config and one more drawn with a fixed seed (so single, loop and split all run).
+spec allows, one valid config drawn with a fixed seed (so single, loop and split all run).
 
 Proposer: KernelBench level 1 files 33 (BatchNorm), 34 (InstanceNorm), 35 (GroupNorm), 37 (Frobenius), 38 (L1) at
 small sizes through propose and the CPU ladder. BatchNorm is captured in training mode (nn.Module's default) and the
@@ -71,7 +71,7 @@ def configs(spec):
     for strategy in ("single", "loop", "split"):
         of = [c for c in valid if c["strategy"] == strategy]
         if of:
-            out += [of[0], rng.choice(of)]
+            out.append(rng.choice(of))
     return out
 
 
@@ -311,7 +311,7 @@ def _level1(name):
 
 
 @pytest.mark.parametrize("name", sorted(LEVEL1))
-def test_kernelbench_level1_norms(cpu, name):
+def test_kernelbench_level1_norms(cpu, tmp_path, name):
     from workbench.harness.ladder import Ladder
     from workbench.proposers.offline import OfflineProposer
     problem = _level1(name)
@@ -319,14 +319,17 @@ def test_kernelbench_level1_norms(cpu, name):
     groups = proposer.groups({p: True for p in proposer.fusion_points})
     assert [g.family for g in groups] == ["norm"], [(g.family, g.out.name) for g in groups]
     cand = proposer.render(proposer.default_choice())
-    ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
-    stages = [(s.name, s.reason) for s in ev.stages]
     if name == "33_BatchNorm.py":
         # captured in training mode (batch statistics), judged by the harness in eval mode (running statistics):
-        # it compiles; correctness waits for a harness that judges in the file's own mode
+        # only the family choice and the sm_90 build are asserted until the harness judges in the file's own mode
         assert groups[0].spec.stat == "moments" and groups[0].spec.momentum == 0.1
-        assert ev.stages[1].verdict.name == "PASS", stages
+        path = tmp_path / "cand.py"
+        path.write_text(cand.source)
+        rec = cpu.compile(problem, path)
+        assert rec.verdict.name == "PASS", rec.reason
         return
+    ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+    stages = [(s.name, s.reason) for s in ev.stages]
     assert ev.ok and ev.fidelity == "correctness", (name, stages, cand.source)
 
 
