@@ -6,7 +6,7 @@ the same candidate.
 """
 from __future__ import annotations
 
-from . import attention, conv, conv_transpose, elementwise, gemm, memory, reduce
+from . import attention, conv, conv_transpose, elementwise, gemm, memory, norm, reduce
 from .base import Family
 
 # group family name -> the family (a module with space/check/render/default is itself a family)
@@ -15,6 +15,7 @@ FAMILIES: dict[str, Family] = {
     "scan": reduce.SCAN, "col": reduce.COL_REDUCE, "permute": memory.PERMUTE, "gather": memory.GATHER,
     "conv": conv,
     "conv_transpose": conv_transpose,
+    "norm": norm.GROUPED_NORM,
 }
 
 

@@ -60,3 +60,4 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 # (each line: from . import <module>, marked noqa for F401 and E402)
 from . import conv  # noqa: F401,E402,I001
 from . import conv_transpose  # noqa: F401,E402,I001
+from . import norm  # noqa: F401,E402
