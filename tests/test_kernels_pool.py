@@ -140,7 +140,7 @@ def results(tmp_path_factory):
     for cid, spec, shape, ref, extra in CASES:
         configs = [P.default(spec)]
         valid = valid_space(P, spec)
-        configs += [c for c in (valid[0], valid[-1]) if c not in configs]
+        configs += [c for c in valid[-1:] if c not in configs]  # the widest tile beside the default
         for j, cfg in enumerate(configs):
             r = P.render(spec, cfg, "pk")
             path = d / f"{cid}_{j}.py"
@@ -244,13 +244,13 @@ def test_configs_compile_for_sm90(tmp_path):
     valid = valid_space(P, spec)
     src = ""
     calls = []
-    for j, cfg in enumerate([P.default(spec), valid[0], valid[-1]]):
+    for j, cfg in enumerate([P.default(spec), valid[-1]]):
         r = P.render(spec, cfg, f"p{j}")
         src += r.kernel_src + "\n\n" + r.launcher_src + "\n\n"
         calls.append(f"p{j}(x)[0]")
     rec = _compile(tmp_path, problem, src, " + ".join(calls))
     assert rec.verdict == PASS, rec.reason
-    assert sorted(k["kernel"] for k in rec.data["kernels"]) == ["p0_kernel", "p1_kernel", "p2_kernel"]
+    assert sorted(k["kernel"] for k in rec.data["kernels"]) == ["p0_kernel", "p1_kernel"]
 
 
 @pytest.fixture(scope="module")
@@ -284,14 +284,13 @@ def test_maxpool_model_fuses_its_chain_and_is_correct(cpu, tmp_path):
 
 
 def test_global_average_pool_then_linear_is_correct(cpu, tmp_path):
-    _, groups = _climb(cpu, _problem(tmp_path, "gap", GAP))
+    _, groups = _climb(cpu, _problem(tmp_path, "gap", GAP), n=1)
     pool = [g for g in groups if g.family == "pool"]
     assert len(pool) == 1 and pool[0].spec.mode == "global"
 
 
 KB_OVERRIDES = {
     "41_Max_Pooling_1D.py": {"batch_size": 2, "features": 3, "sequence_length": 50},
-    "43_Max_Pooling_3D.py": {"batch_size": 1, "channels": 2, "dim1": 9, "dim2": 8, "dim3": 10},
     "45_Average_Pooling_2D.py": {"batch_size": 1, "channels": 2, "height": 25, "width": 30},
 }
 

@@ -280,7 +280,7 @@ def _window_body(spec: PoolSpec) -> list[str]:
                     L.append(f"{a}1 = tl.minimum({a}1, I{up})")
                     L.append(f"{a}0 = tl.maximum({a}0, 0)")
                 ends.append(f"({a}1 - {a}0)")
-            L.append(f"count = {' * '.join(ends)}")
+            L.append(f"count = tl.maximum({' * '.join(ends)}, 1)  # lanes past the output: 0 or less")
         L.append("acc = acc / count.to(tl.float32)[None, :]" if spec.divisor_override is None or
                  spec.mode == "adaptive" else "acc = acc / count")
     return L
