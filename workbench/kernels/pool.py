@@ -7,8 +7,8 @@ pixels] (output pixels flattened over (od, oh, ow), so neighbouring lanes store 
 
 - windowed (nn.MaxPool*/AvgPool*): kernel, stride, padding, dilation (max), ceil_mode (the output size rule of torch,
   a last window may be partial), count_include_pad and divisor_override (avg). Taps are unrolled (`tl.static_range`)
-  up to MAX_UNROLL taps, loops above. Max tracks the flat index of its maximum within the input plane (int64, as
-  torch's return_indices): the first maximum wins, a NaN wins and propagates, as in torch's kernels.
+  up to MAX_UNROLL taps; larger windows loop over D and H (W still unrolled up to MAX_UNROLL_W). Max tracks the flat
+  index of its maximum within the input plane (int64, as torch's return_indices): the first maximum wins, a NaN wins and propagates, as in torch's kernels.
 - adaptive (nn.AdaptiveAvgPool*/AdaptiveMaxPool*): window o covers [floor(o*in/out), ceil((o+1)*in/out)) per dim;
   the taps loop to the largest window (ceil(in/out) + 1, or in/out when it divides) with the window's end masking.
 - global (adaptive to 1, or a mean over every spatial dim): each program reduces BLOCK_NC whole planes in chunks of
@@ -41,7 +41,10 @@ KINDS = ("col", "full", "scalar")
 BLOCK_NC = (1, 2, 4, 8, 16, 32, 64)
 BLOCK_O = (16, 32, 64, 128, 256, 512, 1024, 2048)
 WARPS = (1, 2, 4, 8)
-MAX_UNROLL = 128  # taps unrolled in the kernel text; larger windows loop
+# Windows of up to MAX_UNROLL taps are unrolled in the kernel text; larger ones loop over D and H and unroll only W
+# taps (up to MAX_UNROLL_W): an 11x11 window unrolled whole took over 120 s to compile for sm_90 at wide tiles.
+MAX_UNROLL = 32
+MAX_UNROLL_W = 16
 # fp32 tile elements a thread may hold: the value (and index) tiles plus one tap's load and offsets in flight
 ELEMS_PER_THREAD = 32
 INDEX_ELEMS_PER_THREAD = 16  # max with indices: an int64 index tile beside the values
@@ -227,6 +230,8 @@ def _window_body(spec: PoolSpec) -> list[str]:
     """Tap loops accumulating `acc` (and `best_i`) for the windowed and adaptive modes."""
     is_max = spec.op == "max"
     unroll = _taps(spec) <= MAX_UNROLL
+    w_taps = spec.kernel[2] if spec.mode == "window" else adaptive_taps(spec.in_size[2], spec.out_size[2])
+    unroll_w = unroll or w_taps <= MAX_UNROLL_W
     fill = 'float("-inf")' if is_max else "0.0"
     L = []
     if spec.mode == "window":
@@ -251,7 +256,7 @@ def _window_body(spec: PoolSpec) -> list[str]:
     L.append(ind + _loop("kh", kh, unroll))
     ind2 = ind * 2
     L += [ind2 + f"xh = {pos['h']}", ind2 + f"vh = vd & {inside['h']}", ind2 + "row = xd * sx_d + xh * sx_h"]
-    L.append(ind2 + _loop("kw", kw, unroll))
+    L.append(ind2 + _loop("kw", kw, unroll_w))
     ind3 = ind * 3
     L += [ind3 + f"xw = {pos['w']}", ind3 + f"valid = vh & {inside['w']}",
           ind3 + "m = pm[:, None] & valid[None, :]",
