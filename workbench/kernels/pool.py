@@ -8,7 +8,8 @@ pixels] (output pixels flattened over (od, oh, ow), so neighbouring lanes store 
 - windowed (nn.MaxPool*/AvgPool*): kernel, stride, padding, dilation (max), ceil_mode (the output size rule of torch,
   a last window may be partial), count_include_pad and divisor_override (avg). Taps are unrolled (`tl.static_range`)
   up to MAX_UNROLL taps; larger windows loop over D and H (W still unrolled up to MAX_UNROLL_W). Max tracks the flat
-  index of its maximum within the input plane (int64, as torch's return_indices): the first maximum wins, a NaN wins and propagates, as in torch's kernels.
+  index of its maximum within the input plane (int64, as torch's return_indices): the first maximum wins, a NaN
+  wins and propagates, as in torch's kernels.
 - adaptive (nn.AdaptiveAvgPool*/AdaptiveMaxPool*): window o covers [floor(o*in/out), ceil((o+1)*in/out)) per dim;
   the taps loop to the largest window (ceil(in/out) + 1, or in/out when it divides) with the window's end masking.
 - global (adaptive to 1, or a mean over every spatial dim): each program reduces BLOCK_NC whole planes in chunks of
