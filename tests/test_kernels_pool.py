@@ -244,7 +244,7 @@ def test_configs_compile_for_sm90(tmp_path):
     valid = valid_space(P, spec)
     src = ""
     calls = []
-    for j, cfg in enumerate([P.default(spec), valid[-1]]):
+    for j, cfg in enumerate([P.default(spec), valid[0]]):
         r = P.render(spec, cfg, f"p{j}")
         src += r.kernel_src + "\n\n" + r.launcher_src + "\n\n"
         calls.append(f"p{j}(x)[0]")
@@ -277,7 +277,7 @@ def _climb(cpu, problem, n=2):
 
 
 def test_maxpool_model_fuses_its_chain_and_is_correct(cpu, tmp_path):
-    prop, groups = _climb(cpu, _problem(tmp_path, "maxpool", MAXPOOL))
+    prop, groups = _climb(cpu, _problem(tmp_path, "maxpool", MAXPOOL), n=1)
     assert [g.family for g in groups] == ["pool"] and groups[0].fused_epilogue
     assert [i.kind for i in groups[0].spec.epilogue.inputs] == ["col"]
     assert prop.fusion_points == ["max_pool2d_with_indices"]  # fused and split are both offered
