@@ -6,7 +6,7 @@ the same candidate.
 """
 from __future__ import annotations
 
-from . import attention, conv, conv_transpose, elementwise, gemm, memory, norm, reduce
+from . import attention, conv, conv_transpose, elementwise, gemm, memory, norm, pool, reduce
 from .base import Family
 
 # group family name -> the family (a module with space/check/render/default is itself a family)
@@ -16,6 +16,7 @@ FAMILIES: dict[str, Family] = {
     "conv": conv,
     "conv_transpose": conv_transpose,
     "norm": norm.GROUPED_NORM,
+    "pool": pool,
 }
 
 

@@ -61,3 +61,4 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 from . import conv  # noqa: F401,E402,I001
 from . import conv_transpose  # noqa: F401,E402,I001
 from . import norm  # noqa: F401,E402
+from . import pool  # noqa: F401,E402
