@@ -6,13 +6,14 @@ the same candidate.
 """
 from __future__ import annotations
 
-from . import attention, elementwise, gemm, memory, reduce
+from . import attention, elementwise, gemm, memory, reduce, reduce_nd
 from .base import Family
 
 # group family name -> the family (a module with space/check/render/default is itself a family)
 FAMILIES: dict[str, Family] = {
     "elementwise": elementwise.ELEMENTWISE, "gemm": gemm, "attention": attention, "row": reduce.ROW_REDUCE,
     "scan": reduce.SCAN, "col": reduce.COL_REDUCE, "permute": memory.PERMUTE, "gather": memory.GATHER,
+    "reduce_nd": reduce_nd.REDUCE_ND, "scan_nd": reduce_nd.SCAN_ND,
 }
 
 
