@@ -59,4 +59,5 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 # the pattern modules register themselves when imported, in this order
 # (each line: from . import <module>, marked noqa for F401 and E402)
 from . import loss  # noqa: F401,E402,I001
+from . import matmul  # noqa: F401,E402,I001
 from . import reduce  # noqa: F401,E402,I001
