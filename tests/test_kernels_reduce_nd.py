@@ -198,7 +198,7 @@ def test_check_rules():
 
 SMALL = dict(batch_size=4, M=16, N=24, K=20, input_shape=(40,), dim1=12, dim2=10, dim=1, b=2, i=3, j=4, l=5, k=6)
 # file number -> the families the candidate must use
-EXPECTED = {47: {"reduce_nd"}, 49: {"reduce_nd"}, 52: {"reduce_nd"}, 53: {"reduce_nd"}, 90: {"scan_nd"},
+EXPECTED = {14: {"gemm"}, 47: {"reduce_nd"}, 49: {"reduce_nd"}, 52: {"reduce_nd"}, 53: {"reduce_nd"}, 90: {"scan_nd"},
             91: {"scan_nd"}, 92: {"scan_nd"}, 93: {"scan_nd"}, 94: {"reduce_nd"}, 96: {"reduce_nd"},
             98: {"reduce_nd", "elementwise"}, 99: {"reduce_nd", "elementwise"}, 100: {"reduce_nd"}}
 
@@ -229,6 +229,8 @@ def test_kernelbench_level1_gets_a_generated_correct_candidate(cpu, num):
     cand = OfflineProposer(problem).propose(1)[0]
     groups = json.loads(re.search(r'"groups": (\[.*?\])', cand.source, re.S).group(1))
     assert {g.split(":")[1].split("+")[0] for g in groups} == EXPECTED[num], groups
+    if num == 14:
+        assert "tri_row" in cand.source and "aten.triu" not in cand.source  # the mask is the gemm's epilogue
     ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
     assert any(s.name == "compile" and s.ok for s in ev.stages), [(s.name, s.reason) for s in ev.stages]
