@@ -6,7 +6,7 @@ the same candidate.
 """
 from __future__ import annotations
 
-from . import attention, conv, conv_transpose, elementwise, gemm, memory, norm, pool, reduce
+from . import attention, conv, conv_transpose, elementwise, gemm, memory, norm, pool, reduce, reduce_nd
 from .base import Family
 
 # group family name -> the family (a module with space/check/render/default is itself a family)
@@ -17,6 +17,7 @@ FAMILIES: dict[str, Family] = {
     "conv_transpose": conv_transpose,
     "norm": norm.GROUPED_NORM,
     "pool": pool,
+    "reduce_nd": reduce_nd.REDUCE_ND, "scan_nd": reduce_nd.SCAN_ND,
 }
 
 

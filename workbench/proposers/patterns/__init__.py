@@ -62,3 +62,6 @@ from . import conv  # noqa: F401,E402,I001
 from . import conv_transpose  # noqa: F401,E402,I001
 from . import norm  # noqa: F401,E402
 from . import pool  # noqa: F401,E402
+from . import loss  # noqa: F401,E402,I001
+from . import matmul  # noqa: F401,E402,I001
+from . import reduce  # noqa: F401,E402,I001
