@@ -60,8 +60,8 @@ def recognise_first(recognisers: list[Recogniser], ctx: Context, node: Node) -> 
 # (each line: from . import <module>, marked noqa for F401 and E402)
 from . import conv  # noqa: F401,E402,I001
 from . import conv_transpose  # noqa: F401,E402,I001
-from . import norm  # noqa: F401,E402
-from . import pool  # noqa: F401,E402
+from . import norm  # noqa: F401,E402,I001
+from . import pool  # noqa: F401,E402,I001
 from . import loss  # noqa: F401,E402,I001
 from . import matmul  # noqa: F401,E402,I001
 from . import reduce  # noqa: F401,E402,I001
