@@ -257,7 +257,7 @@ def test_small_model_fuses_bias_and_activation_and_is_correct(cpu, tmp_path):
     path = tmp_path / "convt_small.py"
     path.write_text(SMALL_MODEL)
     problem = Problem.load(path)
-    proposer, cands = _climb(cpu, problem, n=3)
+    proposer, cands = _climb(cpu, problem, n=1)
     groups = proposer.groups({})
     assert [g.family for g in groups] == ["conv_transpose"] and groups[0].fused_epilogue
     spec = groups[0].spec
@@ -271,8 +271,7 @@ def test_small_model_fuses_bias_and_activation_and_is_correct(cpu, tmp_path):
 @pytest.mark.parametrize("name, overrides", [
     ("level1/57_conv_transposed_2D__square_input__square_kernel.py",
      {"batch_size": "2", "in_channels": "8", "out_channels": "8", "height": "9", "width": "7"}),
-    ("level1/72_conv_transposed_3D_asymmetric_input_asymmetric_kernel___strided_padded_grouped_.py",
-     {"batch_size": "1", "in_channels": "8", "out_channels": "8", "depth": "3", "height": "4", "width": "5"}),
+    ("level1/64_conv_transposed_1D.py", {"batch_size": "2", "in_channels": "6", "out_channels": "5", "length": "9"}),
 ])
 def test_kernelbench_files_get_correct_candidates(cpu, name, overrides):
     from workbench.problems import Problem
@@ -280,5 +279,5 @@ def test_kernelbench_files_get_correct_candidates(cpu, name, overrides):
     path = KERNELBENCH / name
     if not path.exists():
         pytest.skip(f"KernelBench development files not found at {KERNELBENCH}")
-    proposer, _ = _climb(cpu, Problem.load(path, overrides=overrides))
+    proposer, _ = _climb(cpu, Problem.load(path, overrides=overrides), n=1)
     assert [g.family for g in proposer.groups({})] == ["conv_transpose"]
