@@ -52,16 +52,14 @@ CASES = [
 ]
 
 
-def _configs(spec):
-    """The default, then one valid configuration per algorithm (the smallest tile), in a fixed order."""
-    out = [conv.default(spec)]
+def _configs(spec, s: int):
+    """The default, then one valid configuration (the smallest tile) of another algorithm, taking turns by case."""
     valid = valid_space(conv, spec)
-    for algo in conv.ALGOS:
-        mine = [c for c in valid if c["ALGO"] == algo]
-        if mine:
-            pick = min(mine, key=lambda c: (c["BM"] * c["BN"] * c["BK"], c["num_warps"], c["num_stages"]))
-            if pick not in out:
-                out.append(pick)
+    out = [conv.default(spec)]
+    others = [a for a in conv.ALGOS if a != out[0]["ALGO"] and any(c["ALGO"] == a for c in valid)]
+    if others:
+        mine = [c for c in valid if c["ALGO"] == others[s % len(others)]]
+        out.append(min(mine, key=lambda c: (c["BM"] * c["BN"] * c["BK"], c["num_warps"], c["num_stages"])))
     return out
 
 
@@ -161,7 +159,7 @@ def test_rendered_kernels_match_torch(tmp_path):
     cases = []
     for s, (dims, c_in, c_out, k, stride, pad, dil, groups, dt, ep, shape) in enumerate(CASES):
         spec = make_spec(dims, c_in, c_out, k, stride, pad, dil, groups, dt, ep)
-        for c, cfg in enumerate(_configs(spec)):
+        for c, cfg in enumerate(_configs(spec, s)):
             fn = f"conv_{s}_{c}"
             r = conv.render(spec, cfg, fn)
             path = tmp_path / f"{fn}.py"
@@ -171,7 +169,7 @@ def test_rendered_kernels_match_torch(tmp_path):
                               dilation=spec.dilation, groups=groups, dtype=dt, out_dtype=spec.out_dtype,
                               shape=shape, inputs=[(i.name, i.kind) for i in (ep.inputs if ep else ())],
                               torch_expr=TORCH_EXPR.get(id(ep)), tol=1e-5 if dt == "float32" else 1e-2))
-    assert len(cases) >= 30 and {c["id"].split("'ALGO': '")[1].split("'")[0] for c in cases} == set(conv.ALGOS)
+    assert len(cases) >= 20 and {c["id"].split("'ALGO': '")[1].split("'")[0] for c in cases} == set(conv.ALGOS)
     (tmp_path / "driver.py").write_text(DRIVER)
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
@@ -308,8 +306,7 @@ def test_unsupported_convolutions_stay_torch(tmp_path):
 
 KERNELBENCH_CASES = {
     "level1/67_conv_standard_1D.py": ["batch_size=2", "in_channels=5", "out_channels=6", "length=37"],
-    "level2/57_Conv2d_ReLU_HardSwish.py": ["batch_size=2", "in_channels=3", "out_channels=5", "height=9",
-                                           "width=10"],
+    "level2/4_Conv2d_Mish_Mish.py": ["batch_size=2", "in_channels=3", "out_channels=5", "height=9", "width=9"],
 }
 
 
