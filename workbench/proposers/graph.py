@@ -108,6 +108,7 @@ def capture(problem: Problem) -> Captured:
         raise ProblemError(f"{problem.path}: the offline proposer handles outputs that are a tensor or a tuple/list "
                            f"of tensors, not {type(out).__name__}")
     functionalise_inplace(gm)
+    _single_output_forms(gm)
     constants = _constant_sources(gm, model)
     flops, nbytes = _node_costs(gm)
     return Captured(problem, gm, list(state), ["tensor" if isinstance(x, torch.Tensor) else "value" for x in inputs],
@@ -164,6 +165,28 @@ def _functional_twin(target: Any) -> Any:
         return None
     packet = getattr(torch.ops.aten, name[:-1], None)
     return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def _single_output_forms(gm: GraphModule) -> None:
+    """`log_sigmoid_forward` (output and a buffer only backward reads) as `log_sigmoid` where only the output is read:
+    one value per node is what a pointwise lowering can take."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.aten.log_sigmoid_forward.default:
+            continue
+        items = list(node.users)
+        if not all(u.target is operator.getitem for u in items) or \
+                any(u.args[1] != 0 and u.users for u in items):
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(torch.ops.aten.log_sigmoid.default, (node.args[0],))
+        for u in items:
+            if u.args[1] == 0:
+                new.meta = dict(u.meta)
+                u.replace_all_uses_with(new)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
 
 
 def functionalise_inplace(gm: GraphModule) -> None:
