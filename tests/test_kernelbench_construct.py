@@ -227,7 +227,7 @@ def test_tensor_constants_render(tmp_path):
                 super().__init__()
                 self.h = torch.randn(4, 8)
             def forward(self, x):
-                return torch.min(x, torch.tensor(0.25)) + self.h
+                return torch.min(x, torch.tensor(0.25)) + self.h + torch.tensor(-1.5, device=x.device)
         def get_inputs():
             return [torch.randn(4, 8)]
         def get_init_inputs():
@@ -236,6 +236,7 @@ def test_tensor_constants_render(tmp_path):
     cand = OfflineProposer(problem).propose(1, seed=0)[0]
     assert "torch.tensor(0.25, dtype=torch.float32).to(_device)" in cand.source
     assert "self.h.to(_device)" in cand.source
+    assert "torch.tensor(-1.5, dtype=torch.float32).to(_device)" in cand.source  # made on the input's device
 
 
 # ---- lowering, run under the Triton interpreter ----

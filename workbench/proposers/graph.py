@@ -80,6 +80,19 @@ def _move_tensor_attributes(model: torch.nn.Module) -> None:
                 setattr(mod, name, v.to("meta"))
 
 
+class _ScalarsKeepValues(torch.overrides.TorchFunctionMode):
+    """`torch.tensor(0.5, device=x.device)` in forward, with x on meta, would make a constant with no value to write
+    out; a 0-d tensor made from data is made on the CPU instead (it combines with tensors of any device, as a scalar),
+    so the graph keeps its value."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.tensor and args and isinstance(args[0], (int, float, bool)) and \
+                torch.device(kwargs.get("device") or "cpu").type == "meta":
+            kwargs = {**kwargs, "device": "cpu"}
+        return func(*args, **kwargs)
+
+
 def capture(problem: Problem) -> Captured:
     """The graph of the reference in the mode the file constructs it (KernelBench never calls `.eval()`: training
     mode, so BatchNorm uses batch statistics and its running-stat updates are in the graph, in place on the buffer
@@ -93,7 +106,7 @@ def capture(problem: Problem) -> Captured:
         return torch.func.functional_call(model, state, args)
 
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _ScalarsKeepValues():
             out = model(*inputs)
             gm = make_fx(run)(state, *inputs)
     except Exception as e:
