@@ -34,6 +34,22 @@ GOLDEN = {
         "static.py": "60d9de4ea2ebb2b8",
         "tolerance.py": "86c0579181a88d2e",
     },
+    # 2: both models are judged in the mode the file constructs (no .eval(): KernelBench's training mode), and a
+    # reference whose outputs differ between two runs on the same inputs (dropout) is inconclusive
+    "2": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "0bcaf775ca369804",
+        "child/correctness.py": "9e0d14070e95f9d2",
+        "child/device_stages.py": "500464db89eeb6c9",
+        "child/execution.py": "48087d89ad3b0189",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/judge.py": "9576bddc6ba020b4",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "7828839d1493d3c6",
+        "compile.py": "4222ebf92178a5f2",
+        "static.py": "60d9de4ea2ebb2b8",
+        "tolerance.py": "86c0579181a88d2e",
+    },
 }
 
 

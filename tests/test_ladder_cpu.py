@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from cheat_headers import candidate_files, cheat_files, read_header
 
+from workbench import HARNESS_VERSION
 from workbench.core.candidate import Candidate
 from workbench.core.records import FAIL, PASS, REFUSED, StageRecord, Verdict
 from workbench.devices.local import LocalDevice
@@ -130,7 +131,7 @@ class ScriptedDevice:
     calls: list = dataclasses.field(default_factory=list)
 
     def provenance(self):
-        return {"device": self.name, "harness_version": "1"}
+        return {"device": self.name, "harness_version": HARNESS_VERSION}
 
     def compile(self, problem, path):
         return StageRecord("compile", PASS, "ok")

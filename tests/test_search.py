@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench import HARNESS_VERSION
 from workbench.core.records import FAIL, PASS, StageRecord
 from workbench.devices.replay import ReplayDevice
 from workbench.harness.budget import Budget
@@ -36,7 +37,7 @@ class RecordingGPU:
         self.calls = 0
 
     def provenance(self):
-        return {"device": self.name, "gpu_name": "NVIDIA H200", "harness_version": "1"}
+        return {"device": self.name, "gpu_name": "NVIDIA H200", "harness_version": HARNESS_VERSION}
 
     def compile(self, problem, path):
         return StageRecord("compile", PASS, "ok")

@@ -253,7 +253,7 @@ def test_retryable_outcomes_are_not_final(tmp_path):
         verdict = "refused" if i != 1 else "fail"
         ev = Evaluation(problem.key, cand.hash, "cuda:X", [StageRecord("static", "pass"),
                                                             StageRecord("correctness", verdict, "r", data=data)],
-                        provenance={"harness_version": "1"})
+                        provenance={"harness_version": workbench.HARNESS_VERSION})
         store.put_evaluation(ev)
         found = store.find_evaluation(problem.key, cand.hash, "cuda:X", "full_timing")
         assert (found is None) == (i < 2), i

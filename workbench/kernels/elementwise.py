@@ -3,7 +3,8 @@
 The proposer hands over an expression (Triton source over fp32 values named after the inputs) and how each input
 lines up with the output: `flat` (same shape, contiguous), `lastdim` (a vector broadcast along the last dimension, a
 bias), `scalar` (one element), or `strided` (anything else broadcastable: up to 4-D index arithmetic with the input's
-expanded strides). Arithmetic is fp32; the output is stored in its dtype.
+expanded strides; an output of higher rank is indexed in its dims merged down to 4 where the strides allow). Arithmetic
+is fp32; the output is stored in its dtype.
 
 Config: BLOCK (elements per program), num_warps, and PERSISTENT_WAVES (0: one program per block; k > 0: k waves of
 one program per SM that stride over the blocks, fewer launches of work for very large tensors).
@@ -34,6 +35,9 @@ class ElementwiseSpec:
     out_dtype: str  # "float32", "bfloat16", ...
     numel: int
     rank: int = 1  # rank of the output (for strided inputs)
+    # for an output of rank > 4: the output's dims merged (where every strided input's strides allow) to <= 4, the
+    # shape strided inputs are indexed in; None: the output's own shape
+    index_shape: tuple[int, ...] | None = None
 
 
 class ElementwiseFamily:
@@ -117,12 +121,14 @@ class ElementwiseFamily:
                 body.append(f"    {n} = {n}.contiguous()")
                 call += [n, f"{n}.numel()"]
             else:
-                body += [f"    {n}_e = {n}.expand(out_shape)",
+                view = f".reshape({spec.index_shape!r})" if spec.index_shape is not None else ""  # a view: dims merge
+                body += [f"    {n}_e = {n}.expand(out_shape){view}",
                          f"    {n}_st = [0] * (4 - {n}_e.dim()) + list({n}_e.stride())"]
                 call += [f"{n}_e", f"{n}_st[0]", f"{n}_st[1]", f"{n}_st[2]", f"{n}_st[3]"]
         call += ["out", "n"]
         if strided:
-            body.append("    dims = [1] * (4 - len(out_shape)) + list(out_shape)")
+            shape = "out_shape" if spec.index_shape is None else repr(spec.index_shape)
+            body.append(f"    dims = [1] * (4 - len({shape})) + list({shape})")
             call += ["dims[1]", "dims[2]", "dims[3]"]
         block = config["BLOCK"]
         grid = f"max(1, min(triton.cdiv(n, {block}), {NUM_SMS * waves}))" if waves else f"triton.cdiv(n, {block})"

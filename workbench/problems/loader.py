@@ -92,7 +92,7 @@ def apply_overrides(source: str, overrides: Mapping[str, str], filename: str = "
         raise ProblemError(
             f"{filename}: cannot override {', '.join(unknown)}: not a module-level constant (available: {avail})")
     new_body: list[ast.stmt] = []
-    for node in tree.body:
+    for node in _split_literal_unpacking(tree.body, set(overrides)):
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             names = [t.id for t in node.targets]  # type: ignore[attr-defined]
             hit = [n for n in names if n in overrides]
@@ -118,6 +118,30 @@ def apply_overrides(source: str, overrides: Mapping[str, str], filename: str = "
     tree.body = new_body
     ast.fix_missing_locations(tree)
     return ast.unparse(tree)
+
+
+def _split_literal_unpacking(body: list[ast.stmt], names: set[str]) -> list[ast.stmt]:
+    """`a, b = 1, 2` as `a = 1` and `b = 2` where an overridden name is among the targets: a literal tuple unpacked
+    into names binds each name independently, so each can be overridden on its own."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], (ast.Tuple, ast.List)) \
+                and isinstance(node.value, (ast.Tuple, ast.List)) \
+                and len(node.targets[0].elts) == len(node.value.elts) \
+                and all(isinstance(t, ast.Name) for t in node.targets[0].elts) \
+                and not any(isinstance(v, ast.Starred) for v in node.value.elts) \
+                and {t.id for t in node.targets[0].elts} & names:
+            # the values are evaluated before any target is bound: a value naming one of the targets keeps the old
+            # binding, so such a statement is left whole
+            targets = {t.id for t in node.targets[0].elts}
+            reads = {n.id for v in node.value.elts for n in ast.walk(v) if isinstance(n, ast.Name)}
+            if not targets & reads:
+                out += [ast.copy_location(ast.Assign(targets=[ast.Name(t.id, ast.Store())], value=v), node)
+                        for t, v in zip(node.targets[0].elts, node.value.elts)]
+                continue
+        out.append(node)
+    return out
 
 
 def exec_module(source: str, filename: str, module_name: str | None = None) -> types.ModuleType:

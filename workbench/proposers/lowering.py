@@ -49,10 +49,17 @@ def _add(a, kw, sign="+"):
     return f"(({a[0]}) {sign} ({b}))"
 
 
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
 def _pow(a, kw):
     e = kw["exponent"]
-    if isinstance(e, (int, float)) and float(e).is_integer() and 0 <= e <= 4:
-        return "(" + " * ".join([f"({a[0]})"] * int(e)) + ")" if e else "1.0"
+    if isinstance(e, (int, float)) and float(e).is_integer() and -8 <= e <= 8:  # exact for negative bases too
+        if e == 0:
+            return "1.0"
+        prod = "(" + " * ".join([f"({a[0]})"] * abs(int(e))) + ")"
+        return prod if e > 0 else f"(1.0 / {prod})"
     if e == 0.5:
         return f"tl.sqrt({a[0]})"
     if e == -0.5:
@@ -70,6 +77,31 @@ def _clamp(a, kw):
     if hi is not None:
         x = f"tl.minimum({x}, {literal(hi)})"
     return x
+
+
+def _clamp_tensor(a, kw):
+    """clamp.Tensor: bounds are expressions (None where absent), min applied first as torch does."""
+    x = a[0]
+    if a[1] is not None:
+        x = f"tl.maximum({x}, {a[1]})"
+    if a[2] is not None:
+        x = f"tl.minimum({x}, {a[2]})"
+    return x
+
+
+def _elu(a, kw):
+    x, alpha = a[0], literal(kw.get("alpha", 1.0))
+    scale, input_scale = literal(kw.get("scale", 1.0)), literal(kw.get("input_scale", 1.0))
+    return f"({scale} * tl.where(({x}) > 0, {x}, {alpha} * (tl.exp(({x}) * {input_scale}) - 1.0)))"
+
+
+def _pow_scalar_base(a, kw):
+    """base ** tensor for a positive literal base: exp2(exponent * log2(base))."""
+    return f"tl.exp2(({a[1]}) * {literal(math.log2(kw['_base']))})"
+
+
+def _cmp(op):
+    return lambda a, kw: f"(({a[0]}) {op} ({a[1]}))"
 
 
 def _to_copy(a, kw):
@@ -114,8 +146,45 @@ TABLE: dict[Any, tuple[tuple[str, ...], Callable[[list[str], dict[str, Any]], st
                                                                "max": kw.get("max_val", 1.0)})),
     aten.leaky_relu.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > 0, {a[0]}, "
                                                        f"({a[0]}) * {literal(kw.get('negative_slope', 0.01))})"),
-    aten.elu.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > 0, {a[0]}, "
-                                                f"{literal(kw.get('alpha', 1.0))} * (tl.exp({a[0]}) - 1.0))"),
+    aten.elu.default: (("self",), _elu),  # selu is elu with scale and alpha
+    aten.celu.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > 0, {a[0]}, {literal(kw.get('alpha', 1.0))} * "
+                                                 f"(tl.exp(({a[0]}) / {literal(kw.get('alpha', 1.0))}) - 1.0))"),
+    aten.selu.default: (("self",), lambda a, kw: _elu(a, {"alpha": SELU_ALPHA, "scale": SELU_SCALE})),
+    aten.threshold.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > {literal(kw['threshold'])}, {a[0]}, "
+                                                      f"{literal(kw['value'])})"),
+    aten.hardshrink.default: (("self",), lambda a, kw: f"tl.where(tl.abs({a[0]}) > {literal(kw.get('lambd', 0.5))}, "
+                                                       f"{a[0]}, 0.0)"),
+    aten.softshrink.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > {literal(kw.get('lambd', 0.5))}, "
+                                                       f"({a[0]}) - {literal(kw.get('lambd', 0.5))}, "
+                                                       f"tl.where(({a[0]}) < -{literal(kw.get('lambd', 0.5))}, "
+                                                       f"({a[0]}) + {literal(kw.get('lambd', 0.5))}, 0.0))"),
+    aten.log_sigmoid.default: (("self",), lambda a, kw: f"(tl.minimum({a[0]}, 0.0) - "
+                                                        f"tl.log(1.0 + tl.exp(-tl.abs({a[0]}))))"),
+    aten.erf.default: (("self",), lambda a, kw: f"tl.math.erf({a[0]})"),
+    aten.sign.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) > 0, 1.0, tl.where(({a[0]}) < 0, -1.0, "
+                                                 f"({a[0]}) * 0.0))"),
+    aten.exp2.default: (("self",), lambda a, kw: f"tl.exp2({a[0]})"),
+    aten.log2.default: (("self",), lambda a, kw: f"tl.log2({a[0]})"),
+    aten.floor.default: (("self",), lambda a, kw: f"tl.floor({a[0]})"),
+    aten.ceil.default: (("self",), lambda a, kw: f"tl.ceil({a[0]})"),
+    aten.pow.Scalar: (("self", "exponent"), _pow_scalar_base),
+    aten.clamp.Tensor: (("self", "min", "max"), _clamp_tensor),
+    aten.clamp_min.default: (("self",), lambda a, kw: _clamp(a, {"min": kw["min"]})),
+    aten.clamp_max.default: (("self",), lambda a, kw: _clamp(a, {"max": kw["max"]})),
+    aten.clamp_min.Tensor: (("self", "min"), lambda a, kw: f"tl.maximum({a[0]}, {a[1]})"),
+    aten.clamp_max.Tensor: (("self", "max"), lambda a, kw: f"tl.minimum({a[0]}, {a[1]})"),
+    aten.gt.Scalar: (("self", "other"), _cmp(">")),
+    aten.gt.Tensor: (("self", "other"), _cmp(">")),
+    aten.lt.Scalar: (("self", "other"), _cmp("<")),
+    aten.lt.Tensor: (("self", "other"), _cmp("<")),
+    aten.ge.Scalar: (("self", "other"), _cmp(">=")),
+    aten.ge.Tensor: (("self", "other"), _cmp(">=")),
+    aten.le.Scalar: (("self", "other"), _cmp("<=")),
+    aten.le.Tensor: (("self", "other"), _cmp("<=")),
+    aten.eq.Scalar: (("self", "other"), _cmp("==")),
+    aten.eq.Tensor: (("self", "other"), _cmp("==")),
+    aten.ne.Scalar: (("self", "other"), _cmp("!=")),
+    aten.ne.Tensor: (("self", "other"), _cmp("!=")),
     aten.softplus.default: (("self",), lambda a, kw: f"tl.where(({a[0]}) * {literal(kw.get('beta', 1.0))} > "
                                                      f"{literal(kw.get('threshold', 20.0))}, {a[0]}, "
                                                      f"tl.log(1.0 + tl.exp(({a[0]}) * {literal(kw.get('beta', 1.0))}))"
@@ -159,6 +228,10 @@ def lowerable(node: Node) -> bool:
     if node.target == aten.clone.default and schema_args(node).get("memory_format") not in (
             None, torch.preserve_format, torch.contiguous_format):
         return False
+    if node.target == aten.pow.Scalar:
+        base = schema_args(node).get("self")
+        if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 0:
+            return False  # a negative or zero base has no exp2/log2 form
     return True
 
 
@@ -169,8 +242,10 @@ def lower(node: Node, expr_of: Callable[[Node], str]) -> str:
     exprs = []
     for name in names:
         v = bound.get(name)
-        exprs.append(expr_of(v) if isinstance(v, Node) else literal(v))
+        exprs.append(expr_of(v) if isinstance(v, Node) else None if v is None else literal(v))
     kw = {k: v for k, v in bound.items() if k not in names}
     if node.target == aten.pow.Tensor_Scalar:
         kw["_exponent"] = bound["exponent"]
+    if node.target == aten.pow.Scalar:
+        kw["_base"] = bound["self"]
     return build(exprs, kw)

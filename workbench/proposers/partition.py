@@ -44,6 +44,38 @@ ROW_OPS = {aten._softmax.default: "softmax", aten._log_softmax.default: "log_sof
            aten.native_layer_norm.default: "layernorm", aten.cumsum.default: "cumsum"}
 
 
+def expanded_strides(v: torch.Tensor, out_shape: tuple[int, ...]) -> list[int]:
+    """The strides of `v` broadcast to `out_shape` (0 along broadcast dims)."""
+    lead = len(out_shape) - v.dim()
+    strides = [0] * lead
+    for d in range(v.dim()):
+        strides.append(0 if v.shape[d] == 1 and out_shape[lead + d] != 1 else v.stride(d))
+    return strides
+
+
+def merged_index_shape(out_shape: tuple[int, ...], tensors: list[torch.Tensor],
+                       max_rank: int = 4) -> tuple[int, ...] | None:
+    """The output's dims with size-1 dims dropped and neighbours merged where the contiguous output and every input
+    (broadcast) step through them as one dim; None if more than `max_rank` dims remain or an input does not
+    broadcast."""
+    if any(v.dim() > len(out_shape) for v in tensors):
+        return None
+    out_strides, acc = [0] * len(out_shape), 1
+    for d in reversed(range(len(out_shape))):
+        out_strides[d], acc = acc, acc * out_shape[d]
+    all_strides = [out_strides] + [expanded_strides(v, out_shape) for v in tensors if v.numel() != 1]
+    keep = [d for d in range(len(out_shape)) if out_shape[d] != 1]
+    dims: list[list[int]] = []  # merged dims: [size, stride per tensor...]
+    for d in keep:
+        st = [s[d] for s in all_strides]
+        if dims and all(prev == cur * out_shape[d] for prev, cur in zip(dims[-1][1:], st)):
+            dims[-1] = [dims[-1][0] * out_shape[d]] + st
+        else:
+            dims.append([out_shape[d]] + st)
+    shape = tuple(m[0] for m in dims) or (1,)
+    return shape if len(shape) <= max_rank else None
+
+
 def _last_dim(dims: Any, rank: int) -> bool:
     if isinstance(dims, int):
         dims = [dims]
@@ -163,12 +195,19 @@ class Partitioner:
     def ew_group(self, root: Node, members: list[Node], names) -> Group | None:
         out_shape = tuple(val(root).shape)
         expr, inputs = self.elementwise_spec(root, members, names)
-        kinds = [self.input_kind(i, out_shape) for i in inputs]
-        if not inputs or None in kinds or len(out_shape) > 4 or val(root).dtype not in DTYPE:
+        index_shape = None
+        if len(out_shape) > 4:  # a 5-D (conv3d) chain: index strided inputs in merged dims
+            index_shape = merged_index_shape(out_shape, [val(i) for i in inputs])
+            if index_shape is None:
+                return None
+        kinds = [self.input_kind(i, out_shape) or ("strided" if index_shape is not None else None) for i in inputs]
+        if not inputs or None in kinds or val(root).dtype not in DTYPE:
             return None
+        if index_shape is not None and "strided" not in kinds:
+            index_shape = None  # flat, bias-like and scalar inputs need no index arithmetic at any rank
         spec = ElementwiseSpec(expr, tuple(ElementwiseInput(names[i], k, val(i).dtype == torch.bool)
                                            for i, k in zip(inputs, kinds)),
-                               DTYPE[val(root).dtype], val(root).numel(), len(out_shape))
+                               DTYPE[val(root).dtype], val(root).numel(), len(out_shape), index_shape)
         args = [names[i] for i in inputs] + [repr(out_shape)]
         return Group("elementwise", root, members, args, spec)
 

@@ -1,16 +1,17 @@
 """Render a partitioned graph as a complete candidate module defining `ModelNew`.
 
 - The module header imports torch and triton, then holds each group's kernel and launcher, rendered by its family.
-- `ModelNew.__init__` is the reference's own `__init__` (same arguments, same parameter creation order, so the same
-  seed gives the same weights), with the module-level names it uses copied along; `super(Model, self)` becomes
-  `super()`. The class `Model` itself is never referenced.
+- `ModelNew`'s class body is the reference's less `forward`: its `__init__` (same arguments, same parameter creation
+  order, so the same seed gives the same weights), class attributes and other methods, with the module-level
+  definitions they read copied along, transitively; `super(Model, self)` becomes `super()` and `Model` `ModelNew`.
+  The class `Model` itself is never referenced.
+- tensor constants of the graph (`get_attr`) are the model's plain tensor attributes (`self.hidden`) or literals.
 - `forward` replays the captured graph: parameters by state-dict name, a launcher call where a group produces a value,
   `torch.ops.aten` calls for every node left to torch (views, unsupported ops).
 """
 from __future__ import annotations
 
 import ast
-import builtins
 import math
 import operator
 from typing import Any
@@ -54,45 +55,68 @@ def py_literal(v: Any) -> str:
     raise RenderError(f"cannot render argument {v!r} of type {type(v).__name__}")
 
 
+PROVIDED = {"self", "torch", "nn", "F", "math", "triton", "tl"}  # names the header binds
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _binds(node: ast.stmt) -> set[str]:
+    """Module-level names a top-level statement binds (empty for statements that bind nothing we can copy)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {node.name}
+    return set()
+
+
+class _SuperFix(ast.NodeTransformer):
+    """`super(Model, self)` becomes `super()`, and `Model` (its class attributes, its static methods) `ModelNew`."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "super":
+            node.args = []
+        return node
+
+    def visit_Name(self, node):
+        if node.id == "Model":
+            node.id = "ModelNew"
+        return node
+
+
 def init_source(problem: Problem) -> tuple[str, str]:
-    """The reference's __init__ as ModelNew's, plus the module-level definitions it reads."""
+    """ModelNew's class body (the reference's, less `forward`: class attributes, `__init__` and every other method,
+    which `__init__` may call) plus the module-level definitions it reads, transitively (helper functions, helper
+    modules and the constants and imports they read, in file order)."""
     tree = ast.parse(problem.source)
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
-    init = next((n for n in (model.body if model else []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"),
-                None)
-    if init is None:
-        return "    def __init__(self, *args, **kwargs):\n        super().__init__()\n", ""
+    members = [n for n in (model.body if model else [])
+               if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward")]
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in members):
+        members.append(ast.parse("def __init__(self, *args, **kwargs):\n    super().__init__()\n").body[0])
+    members = [_SuperFix().visit(ast.fix_missing_locations(m)) for m in members]
 
-    class SuperFix(ast.NodeTransformer):
-        def visit_Call(self, node):
-            self.generic_visit(node)
-            if isinstance(node.func, ast.Name) and node.func.id == "super":
-                node.args = []
-            return node
-
-    init = SuperFix().visit(ast.fix_missing_locations(init))
-    used = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    params = {a.arg for a in init.args.args + init.args.kwonlyargs}
-    for extra in (init.args.vararg, init.args.kwarg):
-        if extra:
-            params.add(extra.arg)
-    known = params | set(dir(builtins)) | {"self", "torch", "nn", "F", "math", "triton", "tl"}
-    needed = used - known
-    prelude = []
-    for node in tree.body:  # module-level definitions the __init__ reads (sizes, helper modules)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = {(a.asname or a.name).split(".")[0] for a in node.names}
-            if names & needed:
-                prelude.append(ast.unparse(node))
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if names & needed:
-                prelude.append(ast.unparse(node))
-        elif isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in needed and node.name != "Model":
-            prelude.append(ast.unparse(node))
-    body = "\n".join("    " + line for line in ast.unparse(init).splitlines())
-    return body + "\n", "\n".join(prelude) + ("\n" if prelude else "")
+    needed = set().union(*(_loads(m) for m in members)) - PROVIDED
+    chosen: set[int] = set()
+    changed = True
+    while changed:  # a definition's own reads are needed too
+        changed = False
+        for i, node in enumerate(tree.body):
+            if i in chosen or node is model:
+                continue
+            names = _binds(node)
+            if names & needed and not (isinstance(node, (ast.Import, ast.ImportFrom)) and names <= PROVIDED):
+                chosen.add(i)
+                needed |= _loads(node) - names - PROVIDED
+                changed = True
+    prelude = [ast.unparse(tree.body[i]) for i in sorted(chosen)]
+    body = "\n".join("    " + line for m in members for line in (ast.unparse(m) + "\n").splitlines())
+    return body + "\n", "\n\n".join(prelude) + ("\n" if prelude else "")
 
 
 def render_module(captured: Captured, groups: list[Group], codes: dict[str, tuple[str, str, str]],
@@ -130,6 +154,13 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
                 lines.append(f"        return [{', '.join(names)}]")
             else:
                 lines.append(f"        return ({', '.join(names)}{',' if len(names) == 1 else ''})")
+            continue
+        if node.op == "get_attr":
+            src = captured.constants.get(node.target)
+            if src is None:
+                raise RenderError(f"tensor constant {node.target} of the graph is neither a tensor attribute of the "
+                                  f"model nor a small tensor made from data in forward: it cannot be written out")
+            lines.append(f"        {node.name} = {src}.to(_device)")
             continue
         if node.op != "call_function":
             raise RenderError(f"unsupported graph node {node.op} {node.target}")

@@ -5,10 +5,13 @@ clones for the reference and the candidate, the two run in alternating order, fr
 candidate runs (so an output it never writes, or one that reuses the reference's freed output, reads as NaN), inputs
 compared before and after (mutation fails, unless the reference mutates the same input the same way), output
 structure and values judged by `judge.judge_outputs` (the judge the timed output is re-checked by), and the candidate
-run a second time on the same inputs (results that change between runs fail as nondeterministic).
+run a second time on the same inputs (results that change between runs fail as nondeterministic). Before the first
+seed a copy of the reference runs twice on the same inputs: a reference whose outputs differ (dropout in training
+mode, state kept between calls) cannot judge anything, and the verdict is inconclusive with that reason.
 """
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -55,6 +58,10 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
         if refusal:
             return refusal
         snapshot = clone(inputs)
+        if i == 0:
+            random = _reference_varies(models, snapshot, precision, tol_overrides)
+            if random:
+                return {"verdict": INCONCLUSIVE, "reason": random, "data": {"seed": seed}}
         ref_in, cand_in = clone(inputs), clone(inputs)
         if i % 2 == 0:  # alternate the order, so neither model always runs on a fresh allocator
             ref_out, out_sizes = _run_reference(models, ref_in)
@@ -102,6 +109,29 @@ def _unjudgeable(inputs: list[Any], dev: torch.device, max_cpu_elements: int | N
     if const:
         return {"verdict": INCONCLUSIVE, "data": {"constant_inputs": const},
                 "reason": f"get_inputs() gave constant input(s) {const}: correctness cannot be judged on them"}
+    return None
+
+
+def _reference_varies(models: ModelPair, inputs: list[Any], precision: str,
+                      tol_overrides: dict[str, Any] | None) -> str | None:
+    """Why the reference cannot be compared against (None when it can): a copy of it, run twice on the same inputs,
+    gives outputs that differ beyond the bounds (random ops such as dropout with p > 0 in training mode, or state
+    the model keeps between calls). A copy, so the models the seeds judge start in the same state."""
+    probe = copy.deepcopy(models.reference)
+    first = run_model(probe, clone(inputs), models.device)
+    second = run_model(probe, clone(inputs), models.device)
+    del probe
+    for k, (a, b) in enumerate(zip(tensors(first), tensors(second))):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"the reference is not deterministic: output {k} changed shape or dtype between two runs"
+        if torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) or not a.is_floating_point():
+            continue
+        _, tol = tol_mod.resolve([a.dtype], precision, tol_overrides)
+        ok, why, _ = tol_mod.compare(b, a, tol)
+        if not ok:
+            return (f"the reference is random: two runs on the same inputs differ (output {k}: "
+                    f"{why.split(': ', 1)[-1]}); dropout with p > 0 in training mode, or state kept between calls? "
+                    "correctness cannot be judged against it")
     return None
 
 

@@ -1,6 +1,7 @@
 """Worker-side execution helpers shared by the correctness and timing stages.
 
-Builds the reference and the candidate on a device from the same seed, makes fresh random input sets, clones them,
+Builds the reference and the candidate on a device from the same seed (in the mode the file constructs, training
+mode for KernelBench files, never switched to eval), makes fresh random input sets, clones them,
 poisons freed memory, and synchronises every stream. Runs only inside worker processes.
 """
 from __future__ import annotations
@@ -46,7 +47,9 @@ def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int
     # built on the device: large weights initialised on the host and copied over can cost more than the checks
     with torch.device(device):
         reference = problem.make_reference(init)
-    reference = reference.to(device).eval()
+    # judged in the mode the file constructs (KernelBench never calls .eval(): training mode, BatchNorm on batch
+    # statistics), the mode the offline proposer captures the graph in
+    reference = reference.to(device)
     cls = sandbox.import_candidate(cand_path)
     sandbox.check_constructor(cls, init)
     torch.manual_seed(seed)
@@ -55,7 +58,7 @@ def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int
             candidate = cls(*init)
     except Exception as e:
         raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
-    candidate = candidate.to(device).eval()
+    candidate = candidate.to(device).train(reference.training)
     _align_parameters(reference, candidate)
     return ModelPair(problem, device, reference, candidate, init)
 
