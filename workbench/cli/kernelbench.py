@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from ..core import paths
+from ..devices import get_device
 from ..devices.resolve import AUTO, REPLAY, REPLAY_FALLBACK, resolve_name
-from ..lab.kernelbench import ProgressBar, RunConfig, discover, from_sample, run_files
+from ..lab.kernelbench import CPU_TIMEOUTS, ProgressBar, RunConfig, discover, from_sample, run_files
 from ..lab.kernelbench_report import summary_lines, write_report
 from ..problems.loader import parse_override
 from .common import open_store
@@ -52,10 +53,7 @@ def cmd_kernelbench(args) -> int:
     out = _out_dir(args, name)
     store = open_store(args)
     device = None
-    if name != "cpu" or cfg.jobs == 1:
-        from ..devices import get_device
-        from ..lab.kernelbench import CPU_TIMEOUTS
-
+    if name != "cpu" or cfg.jobs == 1:  # CPU jobs > 1: each pool process opens its own
         device = get_device(name, **({"timeouts": CPU_TIMEOUTS} if name == "cpu" else {}))
     print(f"kernelbench: {len(files)} files on {device.name if device else 'cpu'} -> {out}", file=sys.stderr)
     try:

@@ -14,12 +14,15 @@ whether it has a generated kernel; timing is reported as not measured. The metri
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fnmatch
 import json
+import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -28,7 +31,13 @@ from typing import Any, Callable, Iterable
 
 from ..core.candidate import Candidate
 from ..core.records import INCONCLUSIVE, Stage, StageRecord
-from ..problems.loader import module_constants
+from ..devices.local import LocalDevice
+from ..harness.budget import Budget
+from ..harness.ladder import Ladder
+from ..problems import Problem
+from ..problems.loader import ProblemError, module_constants
+from ..proposers.offline import OfflineProposer
+from ..search.search import make_search
 from .kernelbench_sizes import shrink
 
 CPU_TIMEOUTS = {"compile": 120.0, "correctness": 120.0}
@@ -115,8 +124,6 @@ def file_overrides(path: Path, overrides: dict[str, str]) -> dict[str, str]:
     """The --set overrides that name a module-level constant of this file (the others do not apply to it)."""
     if not overrides:
         return {}
-    import ast
-
     try:
         consts = module_constants(ast.parse(path.read_text()))
     except SyntaxError:
@@ -126,8 +133,6 @@ def file_overrides(path: Path, overrides: dict[str, str]) -> dict[str, str]:
 
 # ---- one file ----
 def _bad_input(e: BaseException) -> bool:
-    from ..problems.loader import ProblemError
-
     return isinstance(e, (ProblemError, SyntaxError))
 
 
@@ -193,10 +198,6 @@ class SkipCompile:
 def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: dict[str, str] | None = None,
                    skip_compile: bool = False, timeout_s: float | None = None) -> FileResult:
     """CPU mode: small sizes, the proposer's default candidate, the ladder to correctness (interpreter)."""
-    from ..harness.ladder import Ladder
-    from ..problems import Problem
-    from ..proposers.offline import OfflineProposer
-
     t0 = time.monotonic()
 
     def prepare():
@@ -231,10 +232,6 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
                 overrides: dict[str, str] | None = None, seed: int = 0, per_step: int = 4) -> FileResult:
     """GPU mode: a search under the budget, then its best candidate through full timing (eager and torch.compile
     measured in the same run), on the search's own ladder (so the store answers what it already measured)."""
-    from ..harness.budget import Budget
-    from ..problems import Problem
-    from ..search.search import make_search
-
     t0 = time.monotonic()
     try:
         overrides = file_overrides(path, overrides or {})
@@ -279,8 +276,6 @@ class FileTimeout(BaseException):  # not an Exception: the size search must not 
 
 def _with_alarm(timeout_s: float | None, fn: Callable[[], Any]) -> Any:
     """fn() in this process's main thread, raising FileTimeout after `timeout_s` (no bound elsewhere)."""
-    import threading
-
     if not timeout_s or not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         return fn()
 
@@ -303,8 +298,6 @@ def _pool_check(path: str, seeds: int, overrides: dict[str, str], skip_compile: 
                 timeout_s: float | None) -> dict[str, Any]:
     """One file in a pool process, on that process's own CPU device (kept for the process's next files)."""
     global _POOL_DEVICE
-    from ..devices.local import LocalDevice
-
     if _POOL_DEVICE is None:
         _POOL_DEVICE = LocalDevice("cpu", timeouts=CPU_TIMEOUTS)
     return check_file_cpu(Path(path), _POOL_DEVICE, seeds=seeds, overrides=overrides, skip_compile=skip_compile,
@@ -361,8 +354,6 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
         else:
             todo.append(f)
     if cfg.device == "cpu" and cfg.jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-
         with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as ex:
             futs = {ex.submit(_pool_check, str(f), cfg.seeds, cfg.overrides, cfg.skip_compile, cfg.timeout_s): f
                     for f in todo}
@@ -379,8 +370,6 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
     else:
         own = None
         if device is None:
-            from ..devices.local import LocalDevice
-
             own = device = LocalDevice("cpu", timeouts=CPU_TIMEOUTS)
         try:
             for f in todo:

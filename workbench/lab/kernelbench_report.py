@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from .kernelbench import FileResult
+from .kernelbench import FileResult, load_done
 
 P_VALUES = (0.0, 1.0, 1.5, 2.0)
 BASELINES = (("eager", "speedup_vs_eager"), ("compile", "speedup_vs_compile"))
@@ -120,8 +120,6 @@ def load_report(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         if (p / "report.json").exists():
             return json.loads((p / "report.json").read_text())
-        from .kernelbench import load_done
-
         rows = list(load_done(p).values())
         if not rows:
             raise FileNotFoundError(f"no KernelBench run under {p} (no report.json, no files/*.json)")

@@ -20,6 +20,9 @@ import dataclasses
 import math
 from pathlib import Path
 
+from ..problems import Problem
+from ..proposers.offline import OfflineProposer
+
 CAPS = (8, 16, 32, 64)
 BATCH_CAP = 2
 
@@ -134,9 +137,6 @@ def shrink(path: str | Path, caps: tuple[int, ...] = CAPS, precision: str | None
     """(Sizes, problem, proposer): the smallest cap under which the file loads and its reference traces. The last
     attempt is the file's own sizes; its error (a file that is not KernelBench-format, a model that cannot be built
     or traced) propagates."""
-    from ..problems import Problem
-    from ..proposers.offline import OfflineProposer
-
     source = Path(path).read_text()
     try:
         constants = int_literals(source)

@@ -2,8 +2,9 @@
 per level, and per-file speedup bars. `get_kernelbench_info` computes plain data from the report (no plotly);
 `plot_fast_p` and `plot_file_speedups` draw it.
 
-fast_p(p) = fraction of the files that are correct and faster than p times the baseline (KernelBench's metric, as in
-`workbench.lab.kernelbench_report`); a run without timing (the CPU device) has no curves, and the info says so.
+fast_p(p) = fraction of the files that are correct and faster than p times the baseline (KernelBench's metric, the
+rule of `workbench.lab.kernelbench_report`, applied here to the report's plain rows: viz sits below lab); a run
+without timing (the CPU device) has no curves, and the info says so.
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from ..lab.kernelbench_report import fast_p, rows_of
 from ._plotly import graph_objects
 
 BASELINE_KEYS = {"eager": "speedup_vs_eager", "compile": "speedup_vs_compile"}
@@ -50,30 +50,37 @@ class KernelBenchInfo:
         return head + "; " + ", ".join(f"fast_1 vs {b} {overall[b].get(1.0, float('nan')):.0%}" for b in overall)
 
 
+def _speedup(row: dict[str, Any], key: str) -> float | None:
+    """A row's speedup where it counts: correct, timed, positive and finite."""
+    s = row.get(key)
+    ok = row.get("correct") and row.get("timed") and s is not None and s > 0 and math.isfinite(s)
+    return s if ok else None
+
+
+def _fast_p(rows: list[dict[str, Any]], key: str, p: float) -> float:
+    return sum(1 for r in rows if (_speedup(r, key) or 0.0) > p) / len(rows) if rows else 0.0
+
+
 def get_kernelbench_info(report: dict[str, Any], p: Sequence[float] = DEFAULT_P,
                          levels: Sequence[str] = ()) -> KernelBenchInfo:
     """`report`: a run's report.json as a dict (`workbench.lab.kernelbench_report.load_report`); `levels`: keep these
     levels only (all when empty)."""
-    rows = rows_of(report)
+    rows = list(report.get("files", []))
     if levels:
-        rows = [r for r in rows if r.level in set(levels)]
-    timed = any(r.timed for r in rows)
-    level_names = sorted({r.level for r in rows})
+        rows = [r for r in rows if r["level"] in set(levels)]
+    timed = any(r.get("timed") for r in rows)
+    level_names = sorted({r["level"] for r in rows})
     curves: dict[str, dict[str, list[float]]] = {}
     if timed:
         for base, key in BASELINE_KEYS.items():
-            groups = {lv: [r for r in rows if r.level == lv] for lv in level_names}
+            groups = {lv: [r for r in rows if r["level"] == lv] for lv in level_names}
             groups["overall"] = rows
-            curves[base] = {lv: [fast_p(g, key, x) or 0.0 for x in p] for lv, g in groups.items()}
-
-    def speed(r, key):
-        s = getattr(r, key)
-        return s if r.correct and r.timed and s is not None and math.isfinite(s) else None
-
-    return KernelBenchInfo(report.get("run", {}).get("name", ""), timed, list(p), curves, [r.file for r in rows],
-                           [r.level for r in rows], [r.correct for r in rows], [r.generated for r in rows],
-                           [speed(r, "speedup_vs_eager") for r in rows],
-                           [speed(r, "speedup_vs_compile") for r in rows], [r.reason for r in rows])
+            curves[base] = {lv: [_fast_p(g, key, x) for x in p] for lv, g in groups.items()}
+    return KernelBenchInfo(report.get("run", {}).get("name", ""), timed, list(p), curves, [r["file"] for r in rows],
+                           [r["level"] for r in rows], [bool(r.get("correct")) for r in rows],
+                           [bool(r.get("generated")) for r in rows],
+                           [_speedup(r, "speedup_vs_eager") for r in rows],
+                           [_speedup(r, "speedup_vs_compile") for r in rows], [r.get("reason", "") for r in rows])
 
 
 def plot_fast_p(info: KernelBenchInfo, title: str | None = None):
