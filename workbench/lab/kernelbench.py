@@ -69,6 +69,7 @@ class FileResult:
     sizes: str = ""  # the sizes it ran at ("own sizes" or the shrinking rule's overrides)
     reason: str = ""  # why it fell short (empty when correct, generated and timed faster than both)
     seconds: float = 0.0
+    gpu_seconds: float | None = None  # the search's and the final timing's GPU time (GPU modes)
     device: str = ""
     stages: list[list[str]] = dataclasses.field(default_factory=list)  # (stage, verdict, reason) of the last climb
 
@@ -166,13 +167,14 @@ def _stage_rows(ev) -> list[list[str]]:
 
 def _shortfall(row: FileResult, ev) -> str:
     """Why a row fell short of a correct generated kernel faster than eager and torch.compile, in words."""
-    if not ev.ok:
+    if not ev.ok or not row.correct:
         last = ev.stages[-1]
         return f"{last.name} {last.verdict}: {last.reason[:300]}"
     if not row.generated:
         return "no generated kernel: the proposer lowered nothing of this model (the candidate is plain torch)"
     if not row.timed:
-        return NOT_TIMED
+        last = ev.stages[-1]
+        return NOT_TIMED if row.device == "cpu" else f"not timed: {last.name} {last.verdict}: {last.reason[:300]}"
     pairs = (("eager", row.speedup_vs_eager), ("torch.compile", row.speedup_vs_compile))
     slow = [f"{s:.3g}x vs {name}" for name, s in pairs if s is not None and s <= 1]
     return "slower: " + ", ".join(slow) if slow else ""
@@ -251,7 +253,11 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
             choice = best.choice
             cand = search.proposer.render(choice) if choice is not None else Candidate(best.source)
         _describe_candidate(row, search.proposer, cand, choice)
-        ev = search.ladder.evaluate(problem, cand, up_to=Stage.FULL_TIMING.value, force_full=True)
+        # the final timing is outside the search's budget (a search that spent it still gets its best timed); the
+        # store answers what the search already measured at this fidelity
+        final = Ladder(device, store=store, budget=Budget(), compile_modes=search.ladder.compile_modes)
+        ev = final.evaluate(problem, cand, up_to=Stage.FULL_TIMING.value, force_full=True)
+        row.gpu_seconds = round(search.budget.gpu_spent + final.budget.gpu_spent, 2)
         summary = ev.summary()
         row.correct = ev.stage(Stage.CORRECTNESS) is not None and ev.stage(Stage.CORRECTNESS).ok
         full = ev.stage(Stage.FULL_TIMING)

@@ -67,7 +67,8 @@ def by_level(rows: list[FileResult]) -> dict[str, dict[str, Any]]:
 def build_report(rows: list[FileResult], run: dict[str, Any]) -> dict[str, Any]:
     timed = any(r.timed for r in rows)
     return {"run": run, "timing": "measured" if timed else
-            "not measured (the CPU device does not time kernels: fast_p and geo-means are not reported)",
+            ("not measured (the CPU device does not time kernels" if run.get("device") == "cpu" else
+             "not measured (no file's best candidate was timed") + ": fast_p and geo-means are not reported)",
             "metrics": by_level(rows), "files": [r.to_dict() for r in rows]}
 
 
