@@ -189,11 +189,37 @@ def _register_demo(sub) -> None:
     demo.set_defaults(func="evaluate:cmd_demo")
 
 
+def _register_kernelbench(sub) -> None:
+    kb = sub.add_parser("kernelbench", help="search and time every KernelBench file of a directory; KernelBench's "
+                                            "metrics (correctness, fast_p, geo-mean vs eager and torch.compile)")
+    kb.add_argument("dir", help="a KernelBench directory (its level*/ folders) or a folder of KernelBench files")
+    kb.add_argument("--levels", default=None, help="comma-separated levels to run, e.g. 1,2 (default: all)")
+    kb.add_argument("--only", default=None, help="comma-separated file names or glob patterns (e.g. '19_ReLU,*Conv*')")
+    kb.add_argument("--sample", default=None, help="a sample file (results/kernelbench/sample.json) naming the files")
+    kb.add_argument("--budget-gpu-s", type=float, default=30.0, help="GPU-seconds of search per problem")
+    kb.add_argument("--device", default=AUTO, help="cuda, cuda:N, ray, replay or cpu (no timing: correctness at "
+                                                   "small sizes); auto: the GPU if visible, else replay")
+    kb.add_argument("--strategy", default="greedy", choices=["greedy", "beam", "evolutionary", "mcts"])
+    kb.add_argument("--jobs", type=int, default=1, help="CPU device: files checked at once (one process each)")
+    kb.add_argument("--skip-compile", action="store_true",
+                    help="CPU device: skip the sm_90 compile stage (correctness on the interpreter only)")
+    kb.add_argument("--out", default=None, help="the run's directory (default: results/kernelbench/<run>); a rerun "
+                                                "with the same directory skips files already done")
+    kb.add_argument("--run", default=None, help="the run's name (default: from the device and the budget)")
+    kb.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a module-level constant in every file that has it; repeatable (CPU: replaces "
+                         "the automatic small sizes of those files)")
+    _store_args(kb)
+    kb.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    kb.set_defaults(func="kernelbench:cmd_kernelbench")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's arguments; each names its handler as "module:function" of this package."""
     ap = argparse.ArgumentParser(prog="workbench", description="GPU kernel search workbench")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for register in (_register_problems, _register_eval, _register_propose, _register_search, _register_profile,
-                     _register_sweep, _register_report, _register_surrogate, _register_llm, _register_demo):
+                     _register_sweep, _register_report, _register_surrogate, _register_llm, _register_demo,
+                     _register_kernelbench):
         register(sub)
     return ap

@@ -1,0 +1,235 @@
+"""`workbench kernelbench`: the size-shrinking rule, KernelBench's metrics on a synthetic table, the command on tiny
+KernelBench-format files (CPU device: correctness only; a malformed file gets its reason; a rerun resumes), the viz
+info, notebook 05, and the CPU check over the whole development set against its committed expectations."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.lab.kernelbench import FileResult, discover, from_sample
+from workbench.lab.kernelbench_report import build_report, by_level, fast_p, geomean_speedup, to_markdown
+from workbench.lab.kernelbench_sizes import int_literals, shrink, shrunk_values
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELBENCH = ROOT / ".." / "shared" / "kernelbench"
+
+RELU = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+batch_size = 4096
+dim = 16384 * 2
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+"""
+
+GROUP_CONV = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, 3, groups=groups)
+
+    def forward(self, x):
+        return self.conv(x)
+
+batch_size = 16
+in_channels = 96
+out_channels = 192
+groups = 12
+height = width = 224
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups]
+"""
+
+NOT_KERNELBENCH = """import torch
+
+def forward(x):
+    return x
+"""
+
+
+# ---------------------------------------------------------------------------------------------- sizes
+def test_shrinking_keeps_divisibility_equalities_and_skips_unpacked_names():
+    src = ("batch_size = 128\nembed_dim = 768\nnum_heads = 12\nseq = 4096 * 2\nshape = (4096 * 2, 3)\nflag = True\n"
+           "H, W = 64, 64\nhidden = embed_dim * 4\n")
+    consts = int_literals(src)
+    assert consts == {"batch_size": 128, "embed_dim": 768, "num_heads": 12, "seq": 8192, "shape": (8192, 3)}
+    new = shrunk_values(consts, cap=8)
+    assert new["batch_size"] == 2
+    # 3 | 12 | 768 in the file (shape[1] = 3): heads 12 -> 9 (a multiple of 3 at least the cap), dim -> 9
+    assert new["num_heads"] == 9 and new["embed_dim"] % new["num_heads"] == 0 and new["embed_dim"] < 768
+    assert new["seq"] == new["shape"][0] and new["shape"][1] == 3  # equal constants stay equal; small ones stay
+
+
+def test_shrink_falls_back_to_a_cap_the_model_traces_at(tmp_path):
+    f = tmp_path / "conv.py"
+    f.write_text(GROUP_CONV)
+    sizes, problem, proposer = shrink(f)
+    consts = problem.constants()
+    assert consts["in_channels"] % consts["groups"] == 0 and consts["out_channels"] % consts["groups"] == 0
+    assert consts["batch_size"] == 2 and consts["in_channels"] < 96 and sizes.cap is not None
+    assert proposer.captured is not None and "cap" in sizes.describe()
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def _row(name, level, correct=True, timed=True, eager=None, compile_=None, generated=True):
+    return FileResult(name, level, "ok", correct=correct, generated=generated, timed=timed,
+                      speedup_vs_eager=eager, speedup_vs_compile=compile_)
+
+
+def test_metrics_fast_p_and_geomean_count_failures_as_one():
+    rows = [_row("level1/a.py", "level1", eager=2.5, compile_=1.2),
+            _row("level1/b.py", "level1", eager=0.5, compile_=0.25),
+            _row("level1/c.py", "level1", correct=False, eager=4.0, compile_=4.0),  # wrong: its speedup is ignored
+            _row("level2/d.py", "level2", eager=1.6, compile_=1.0)]
+    assert fast_p(rows, "speedup_vs_eager", 0) == 3 / 4
+    assert fast_p(rows, "speedup_vs_eager", 1) == 2 / 4
+    assert fast_p(rows, "speedup_vs_eager", 1.5) == 2 / 4
+    assert fast_p(rows, "speedup_vs_eager", 2) == 1 / 4
+    assert fast_p(rows, "speedup_vs_compile", 1) == 1 / 4  # 1.0x is not faster
+    assert math.isclose(geomean_speedup(rows, "speedup_vs_eager"), (2.5 * 0.5 * 1.0 * 1.6) ** 0.25)
+    assert math.isclose(geomean_speedup(rows, "speedup_vs_compile"), (1.2 * 0.25 * 1.0 * 1.0) ** 0.25)
+    m = by_level(rows)
+    assert list(m) == ["level1", "level2", "overall"]
+    assert m["level1"]["correct_rate"] == 2 / 3 and m["level2"]["fast_p_vs_eager"]["1.5"] == 1.0
+    assert math.isclose(m["level1"]["geomean_vs_eager"], (2.5 * 0.5) ** (1 / 3))
+    # untimed (CPU): correctness only, fast_p and geo-means not reported
+    cpu = [_row("level1/a.py", "level1", timed=False), _row("level1/b.py", "level1", correct=False, timed=False)]
+    mc = by_level(cpu)["overall"]
+    assert mc["correct_rate"] == 0.5 and mc["fast_p_vs_eager"]["0"] is None and mc["geomean_vs_compile"] is None
+    md = to_markdown(build_report(cpu, {"name": "t", "device": "cpu"}))
+    assert "not measured" in md and "| level1 | a.py | yes | generated |" in md
+
+
+# ---------------------------------------------------------------------------------------------- the command
+@pytest.fixture()
+def bench_dir(tmp_path):
+    root = tmp_path / "kb"
+    (root / "level1").mkdir(parents=True)
+    (root / "level2").mkdir()
+    (root / "level1" / "1_relu.py").write_text(RELU)
+    (root / "level1" / "2_not_kernelbench.py").write_text(NOT_KERNELBENCH)
+    (root / "level2" / "1_group_conv.py").write_text(GROUP_CONV)
+    return root
+
+
+def test_discover_levels_only_and_sample(bench_dir, tmp_path):
+    assert [f.name for f in discover(bench_dir)] == ["1_relu.py", "2_not_kernelbench.py", "1_group_conv.py"]
+    assert [f.name for f in discover(bench_dir, levels=[2])] == ["1_group_conv.py"]
+    assert [f.name for f in discover(bench_dir, only="*relu*,1_group_conv")] == ["1_relu.py", "1_group_conv.py"]
+    assert [f.name for f in discover(bench_dir / "level1")] == ["1_relu.py", "2_not_kernelbench.py"]
+    sample = tmp_path / "s.json"
+    sample.write_text(json.dumps({"files": ["level2/1_group_conv.py"]}))
+    assert from_sample(bench_dir, sample) == [bench_dir / "level2" / "1_group_conv.py"]
+
+
+@pytest.mark.timeout(300)
+def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["kernelbench", str(bench_dir), "--device", "cpu", "--out", str(out), "--no-store", "--skip-compile",
+            "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    rows = {r["file"]: r for r in report["files"]}
+    assert list(rows) == ["level1/1_relu.py", "level1/2_not_kernelbench.py", "level2/1_group_conv.py"]
+    relu = rows["level1/1_relu.py"]
+    assert relu["correct"] and relu["generated"] and relu["families"] == ["elementwise"]
+    assert relu["sizes"].startswith("cap 8") and "batch_size=2" in relu["sizes"]
+    assert "timing not measured" in relu["reason"] and not relu["timed"]
+    assert [st[:2] for st in relu["stages"]] == [["static", "pass"], ["compile", "inconclusive"],
+                                                 ["correctness", "pass"]] and "skipped" in relu["stages"][1][2]
+    bad = rows["level1/2_not_kernelbench.py"]
+    assert bad["status"] == "bad input" and "KernelBench" in bad["reason"] or "Model" in bad["reason"]
+    conv = rows["level2/1_group_conv.py"]
+    assert conv["status"] == "ok" and conv["correct"] and not conv["generated"]  # a conv stays a torch call
+    assert "plain torch" in conv["reason"]
+    assert report["timing"].startswith("not measured")
+    assert report["metrics"]["overall"]["correct_rate"] == 2 / 3
+    assert report["metrics"]["overall"]["fast_p_vs_eager"]["1"] is None
+    assert (out / "report.md").exists() and (out / "report.json").exists()
+    assert "[1/3]" in captured.err  # the progress lines (stderr is not a tty here)
+
+    # resume: nothing is redone; a removed row is the only file run again
+    (out / "files" / "level1__1_relu.py.json").unlink()
+    assert main(argv[:-1]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("(from a previous run)") == 2 and "1_relu.py: correct, kernel\n" in captured.err
+    assert "correct+kernel" in captured.out and "level1" in captured.out
+
+
+# ---------------------------------------------------------------------------------------------- viz and notebook
+def _synthetic_report(tmp_path: Path) -> Path:
+    rows = [_row("level1/a.py", "level1", eager=2.5, compile_=1.2),
+            _row("level1/b.py", "level1", eager=0.5, compile_=0.25),
+            _row("level2/c.py", "level2", correct=False, eager=None, compile_=None)]
+    run = tmp_path / "synthetic"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps(build_report(rows, {"name": "synthetic", "device": "cuda:H200"})))
+    return run
+
+
+def test_viz_info(tmp_path):
+    from workbench.lab.kernelbench_report import load_report
+    from workbench.viz.kernelbench import get_kernelbench_info
+
+    info = get_kernelbench_info(load_report(_synthetic_report(tmp_path)), p=[0.0, 1.0, 2.0])
+    assert info.timed and info.files == ["level1/a.py", "level1/b.py", "level2/c.py"]
+    assert info.curves["eager"]["overall"] == [2 / 3, 1 / 3, 1 / 3]
+    assert info.curves["compile"]["level1"] == [1.0, 0.5, 0.0] and info.curves["eager"]["level2"] == [0, 0, 0]
+    assert info.speedup_vs_compile == [1.2, 0.25, None]
+    assert "2 correct" in info.text() and "fast_1 vs eager 33%" in info.text()
+    only = get_kernelbench_info(load_report(tmp_path / "synthetic"), levels=["level2"])
+    assert only.files == ["level2/c.py"]
+
+
+@pytest.mark.timeout(300)
+def test_notebook_05(tmp_path, monkeypatch):
+    for m in ("papermill", "jupytext", "ipykernel", "nbformat", "plotly"):
+        pytest.importorskip(m)
+    from test_notebooks import _execute
+
+    r = _execute("05_kernelbench", tmp_path, {"results_dir": str(_synthetic_report(tmp_path))}, monkeypatch)
+    assert "run synthetic: 3 files, 2 correct" in r["text"]
+    curves, bars = r["figures"]
+    assert [t["name"] for t in curves["data"]][:3] == ["level1 vs eager", "level2 vs eager", "overall vs eager"]
+    assert [t["type"] for t in bars["data"]] == ["bar", "bar"] and bars["data"][0]["x"][0] == "level1/a.py"
+
+
+# ---------------------------------------------------------------------------------------------- the CPU check
+@pytest.mark.timeout(3600)
+def test_cpu_check_over_the_development_set(tmp_path):
+    """Every dev-set file at small sizes, the default candidate's correctness on the interpreter (2 at a time, compile
+    skipped): no file of the committed expected set may fail; new passing files are reported (regenerate with
+    `python experiments/kernelbench_cpu_check.py --write-expected`)."""
+    if not KERNELBENCH.is_dir():
+        pytest.skip(f"no KernelBench development set at {KERNELBENCH.resolve()} (../shared/kernelbench)")
+    from workbench.lab.kernelbench_check import compare, load_expected, run_check
+
+    rows = run_check(KERNELBENCH, tmp_path / "rows", jobs=2)
+    assert len(rows) == len(discover(KERNELBENCH))
+    lost, gained = compare(rows)
+    if gained:
+        print(f"newly passing ({len(gained)}), not yet in the expectations file: {gained}")
+    why = {r.file: r.reason or r.status for r in rows if r.file in lost}
+    assert not lost, f"{len(lost)} of {len(load_expected())} expected files no longer pass: {why}"
