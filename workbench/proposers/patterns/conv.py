@@ -88,7 +88,7 @@ def conv_group(ctx: Context, node: Node) -> Group | None:
     nodes, result, fused = [node], node, False
     root = ctx.ew_of.get(next(iter(node.users))) if len(node.users) == 1 else None
     if ctx.fuse.get(node.name, True) and root is not None and tuple(val(root).shape) == out_shape and \
-            val(root).dtype in DTYPE:
+            val(root).dtype in DTYPE and not any(m in ctx.taken for m in ctx.ew[root]):
         members = ctx.ew[root]
         chain, ext = ctx.part.elementwise_spec(root, members, names, acc=node)
         kinds = [epilogue_kind(i, out_shape) for i in ext]

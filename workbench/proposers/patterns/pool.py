@@ -88,7 +88,7 @@ def _epilogue(ctx: Context, pooled: Node, lead: tuple[int, ...], first: Node):
     if _unit_view(user) and len(user.users) == 1:
         views, acc, user = [user], user, next(iter(user.users))
     root = ctx.ew_of.get(user)
-    if root is None:
+    if root is None or any(m in ctx.taken for m in ctx.ew[root]):  # a whole pattern claimed the chain
         return None
     members = ctx.ew[root]
     out_shape = tuple(val(acc).shape)
