@@ -19,7 +19,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
 fi
 levels=()
 [ -n "${KB_LEVELS:-}" ] && levels=(--levels "$KB_LEVELS")
-timeout -s INT "${KB_S:-420}" python3 -m workbench kernelbench .kb --sample results/kernelbench/sample.json \
+timeout -s INT "${KB_S:-420}" python3 -m workbench.cli kernelbench .kb --sample results/kernelbench/sample.json \
   "${levels[@]}" --device cuda --budget-gpu-s "${KB_BUDGET:-8}" --out /tmp/kbrun/run \
   --store /tmp/kbrun/store.sqlite > "$OUT/kernelbench.log" 2>&1
 echo "kernelbench rc $?"
