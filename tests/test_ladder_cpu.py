@@ -190,7 +190,7 @@ def test_store_answers_repeated_evaluations(tmp_path):
     assert len(dev.calls) == 2  # correctness+quick, then full; nothing for the second request
     assert again.provenance.get("from_store") and again.fidelity == first.fidelity == "full_timing"
     frame = store.evaluations_frame()
-    assert len(frame) == 1 and frame["harness_version"].iloc[0] == "1"
+    assert len(frame) == 1 and frame["harness_version"].iloc[0] == HARNESS_VERSION
 
 
 def test_a_weaker_correctness_verdict_is_not_served_from_the_store(tmp_path):
