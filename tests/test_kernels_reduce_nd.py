@@ -200,7 +200,7 @@ SMALL = dict(batch_size=4, M=16, N=24, K=20, input_shape=(40,), dim1=12, dim2=10
 # file number -> the families the candidate must use
 EXPECTED = {14: {"gemm"}, 47: {"reduce_nd"}, 49: {"reduce_nd"}, 52: {"reduce_nd"}, 53: {"reduce_nd"}, 90: {"scan_nd"},
             91: {"scan_nd"}, 92: {"scan_nd"}, 93: {"scan_nd"}, 94: {"reduce_nd"}, 96: {"reduce_nd"},
-            98: {"reduce_nd", "elementwise"}, 99: {"reduce_nd", "elementwise"}, 100: {"reduce_nd"}}
+            98: {"reduce_nd", "elementwise"}, 99: {"reduce_nd"}, 100: {"reduce_nd"}}
 
 
 @pytest.fixture(scope="module")

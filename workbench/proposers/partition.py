@@ -154,12 +154,15 @@ class Partitioner:
         ctx = patterns.Context(self, names, ew, ew_of, fuse, taken)
         # whole patterns first (rmsnorm written out, cross-entropy, the pattern modules' own), so their pieces are
         # not claimed one by one
-        for node in self.nodes:
-            if node.op == "call_function" and node not in taken:
-                g = patterns.recognise_first(patterns.WHOLE, ctx, node)
-                if g is not None:
-                    found.append(g)
-                    taken.update(g.nodes)
+        # in registration order, each over the whole graph: a pattern registered earlier (a norm written out) wins
+        # over a later, more general one (an elementwise chain feeding a reduction) wherever both match
+        for recogniser in patterns.WHOLE:
+            for node in self.nodes:
+                if node.op == "call_function" and node not in taken:
+                    g = patterns.recognise_first([recogniser], ctx, node)
+                    if g is not None:
+                        found.append(g)
+                        taken.update(g.nodes)
         for node in self.nodes:
             if node.target in ROW_OPS and node not in taken:
                 g = (self.attention_group(node, names) or self.rmsnorm_group(node, names)
