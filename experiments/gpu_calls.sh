@@ -10,6 +10,8 @@
 #          on 1 and 2 GPUs, a GPU actor killed mid-run, and the same list through one LocalDevice.
 # tests:   every GPU-marked test on GPU 0.
 # final:   row_var_mean re-collected and re-benchmarked on GPU 1 (after its lowering changed), GPU tests on GPU 0.
+# recollect: one problem ($PROBLEM) re-collected and re-benchmarked on GPU 0, after its partition changed (one GPU);
+#          the new rows, the logs and the suite row come back in $OUT/recollect.tar.gz.
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT"
@@ -135,4 +137,19 @@ if [ "$step" = final ]; then
   wait
   grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gpu_tests.log" | tail -15
   tail -3 "$OUT/collect.log" "$OUT/bench_rvm.log"
+fi
+
+if [ "$step" = recollect ]; then
+  # the problem's old rows stay in the raw files until the export moves them aside; only new rows come back
+  P=${PROBLEM:?the problem to re-collect}
+  W=/tmp/recollect && mkdir -p $W/raw && cp results/dataset/raw/rows-gpu*.jsonl $W/raw/
+  wc -l < $W/raw/rows-gpu0.jsonl > $W/before0.txt
+  timeout "${COLLECT_S:-150}" python3 experiments/collect_dataset.py "$P" --gpus 1 --per-problem "${PER:-250}" \
+    --compile-workers 12 --deadline-s "${DEADLINE_S:-120}" --out $W/raw > $W/collect.log 2>&1
+  tail -n +$(($(cat $W/before0.txt) + 1)) $W/raw/rows-gpu0.jsonl > $W/new-rows-$P.jsonl
+  tail -1 $W/raw/runs.jsonl > $W/run.json 2>/dev/null
+  timeout "${BENCH_S:-150}" python3 experiments/bench_suite.py "$P" --candidates "${FRESH:-16}" \
+    --gpu-minutes 2 --compile-workers 12 --compile-modes default,max-autotune --out $W/suite > $W/bench.log 2>&1
+  tar czf "$OUT/recollect.tar.gz" -C $W new-rows-$P.jsonl run.json collect.log bench.log suite
+  wc -l $W/new-rows-$P.jsonl; tail -3 $W/collect.log $W/bench.log
 fi

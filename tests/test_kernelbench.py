@@ -61,6 +61,23 @@ def get_init_inputs():
     return [in_channels, out_channels, groups]
 """
 
+SORT = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=1).values
+
+batch_size = 64
+dim = 1024
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+"""
+
 NOT_KERNELBENCH = """import torch
 
 def forward(x):
@@ -130,12 +147,14 @@ def bench_dir(tmp_path):
     (root / "level1" / "1_relu.py").write_text(RELU)
     (root / "level1" / "2_not_kernelbench.py").write_text(NOT_KERNELBENCH)
     (root / "level2" / "1_group_conv.py").write_text(GROUP_CONV)
+    (root / "level2" / "2_sort.py").write_text(SORT)
     return root
 
 
 def test_discover_levels_only_and_sample(bench_dir, tmp_path):
-    assert [f.name for f in discover(bench_dir)] == ["1_relu.py", "2_not_kernelbench.py", "1_group_conv.py"]
-    assert [f.name for f in discover(bench_dir, levels=[2])] == ["1_group_conv.py"]
+    assert [f.name for f in discover(bench_dir)] == ["1_relu.py", "2_not_kernelbench.py", "1_group_conv.py",
+                                                     "2_sort.py"]
+    assert [f.name for f in discover(bench_dir, levels=[2])] == ["1_group_conv.py", "2_sort.py"]
     assert [f.name for f in discover(bench_dir, only="*relu*,1_group_conv")] == ["1_relu.py", "1_group_conv.py"]
     assert [f.name for f in discover(bench_dir / "level1")] == ["1_relu.py", "2_not_kernelbench.py"]
     sample = tmp_path / "s.json"
@@ -152,7 +171,8 @@ def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path,
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     rows = {r["file"]: r for r in report["files"]}
-    assert list(rows) == ["level1/1_relu.py", "level1/2_not_kernelbench.py", "level2/1_group_conv.py"]
+    assert list(rows) == ["level1/1_relu.py", "level1/2_not_kernelbench.py", "level2/1_group_conv.py",
+                          "level2/2_sort.py"]
     relu = rows["level1/1_relu.py"]
     assert relu["correct"] and relu["generated"] and relu["families"] == ["elementwise"]
     assert relu["sizes"].startswith("cap 8") and "batch_size=2" in relu["sizes"]
@@ -162,19 +182,20 @@ def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path,
     bad = rows["level1/2_not_kernelbench.py"]
     assert bad["status"] == "bad input" and "KernelBench" in bad["reason"] or "Model" in bad["reason"]
     conv = rows["level2/1_group_conv.py"]
-    assert conv["status"] == "ok" and conv["correct"] and not conv["generated"]  # a conv stays a torch call
-    assert "plain torch" in conv["reason"]
+    assert conv["status"] == "ok" and conv["correct"] and conv["generated"] and conv["families"] == ["conv"]
+    sort = rows["level2/2_sort.py"]  # nothing in the proposer's space: the candidate stays plain torch, and says so
+    assert sort["status"] == "ok" and sort["correct"] and not sort["generated"] and "plain torch" in sort["reason"]
     assert report["timing"].startswith("not measured")
-    assert report["metrics"]["overall"]["correct_rate"] == 2 / 3
+    assert report["metrics"]["overall"]["correct_rate"] == 3 / 4
     assert report["metrics"]["overall"]["fast_p_vs_eager"]["1"] is None
     assert (out / "report.md").exists() and (out / "report.json").exists()
-    assert "[1/3]" in captured.err  # the progress lines (stderr is not a tty here)
+    assert "[1/4]" in captured.err  # the progress lines (stderr is not a tty here)
 
     # resume: nothing is redone; a removed row is the only file run again
     (out / "files" / "level1__1_relu.py.json").unlink()
     assert main(argv[:-1]) == 0
     captured = capsys.readouterr()
-    assert captured.err.count("(from a previous run)") == 2 and "1_relu.py: correct, kernel\n" in captured.err
+    assert captured.err.count("(from a previous run)") == 3 and "1_relu.py: correct, kernel\n" in captured.err
     assert "correct+kernel" in captured.out and "level1" in captured.out
 
 

@@ -162,11 +162,11 @@ def test_flop_coverage_counts_the_ops_left_to_torch(tmp_path):
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(3, 8, 3)
+                self.conv = nn.Conv2d(3, 8, 3).double()  # float64: outside every kernel family, left to torch
             def forward(self, x):
                 return torch.relu(self.conv(x)) * 2.0
         def get_inputs():
-            return [torch.randn(2, 3, 16, 16)]
+            return [torch.randn(2, 3, 16, 16, dtype=torch.float64)]
         def get_init_inputs():
             return []
     ''')
@@ -204,9 +204,9 @@ def test_training_mode_graph_updates_running_stats_and_dropout_is_called_random(
     pair = execution.build_pair(problem, str(path), torch.device("cpu"))
     assert pair.reference.training and pair.candidate.training
     x = torch.randn(2, 3, 4, 4)
-    # the reference alone: the candidate's kernels need the interpreter, the stats come from torch's batch norm
-    src = cand.source.split("\n\n\nclass ModelNew")[0]
-    assert "native_batch_norm" not in src  # batch norm is a torch call in forward, not in a kernel
+    # batch norm in training mode is the norm family's (batch statistics and the running-stat update in one kernel;
+    # its numerics against torch are test_kernels_norm's "bn_train" cases); here the reference's side effect
+    assert ":norm" in cand.source and "running" in cand.source
     with torch.no_grad():
         pair.reference(x.clone())
     assert not torch.equal(pair.reference.bn.running_mean, torch.zeros(3))

@@ -279,8 +279,9 @@ def test_compiles_for_sm90(tmp_path):
         dev.close()
 
 
-def test_unsupported_convolutions_stay_torch(tmp_path):
-    """A transposed convolution is not this family's: it stays a torch call (reflect padding: the pad op stays)."""
+def test_transposed_convolutions_go_to_their_own_family(tmp_path):
+    """A transposed convolution is not this family's but conv_transpose's; reflect padding stays a pad op in front of a
+    padding-free convolution."""
     from workbench.problems import Problem
     from workbench.proposers.offline import OfflineProposer
 
@@ -301,7 +302,7 @@ def test_unsupported_convolutions_stay_torch(tmp_path):
             return []
     '''))
     groups = OfflineProposer(Problem.load(path)).groups({})
-    assert [g.family for g in groups] == ["conv"] and groups[0].spec.padding == (0, 0, 0)
+    assert [g.family for g in groups] == ["conv_transpose", "conv"] and groups[1].spec.padding == (0, 0, 0)
 
 
 KERNELBENCH_CASES = {

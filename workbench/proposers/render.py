@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import symtable
 from typing import Any
 
 import torch
@@ -59,7 +60,20 @@ PROVIDED = {"self", "torch", "nn", "F", "math", "triton", "tl"}  # names the hea
 
 
 def _loads(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """The global names a statement reads: a scope-aware walk (symtable), so a parameter or local of a method that
+    shares a module constant's name (`def __init__(self, dim)` beside `dim = 16384`) does not pull the constant in."""
+    out: set[str] = set()
+
+    def walk(table: symtable.SymbolTable) -> None:
+        top = table.get_type() == "module"  # a str in 3.11, a StrEnum from 3.13
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (top or sym.is_global()):
+                out.add(sym.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(symtable.symtable(ast.unparse(node), "<model>", "exec"))
+    return out
 
 
 def _binds(node: ast.stmt) -> set[str]:
