@@ -4,9 +4,13 @@ stage is skipped (on 2 cores it costs more than the interpreter: `--compile` run
 
     python experiments/kernelbench_cpu_check.py                   # compare with the expectations file
     python experiments/kernelbench_cpu_check.py --write-expected  # regenerate that file (after merging new families)
+    python experiments/kernelbench_cpu_check.py --write-expected --out results/kernelbench/cpu_devset
+                                                                  # ... and keep the run (report.md/json, notebook 05)
 
 The expectations file (tests/fixtures/kernelbench_cpu_expected.json) lists the files whose generated kernel is
-correct today; `tests/test_kernelbench.py` fails when one of them no longer is and reports files that newly are.
+correct today, and a smoke subset (per kernel family its fastest passing file) that `tests/test_kernelbench.py` runs on
+every change; the whole set runs there with WORKBENCH_DEVSET_CHECK=full, failing when an expected file no longer
+passes and reporting files that newly do.
 Exit 1 when an expected file fails.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workbench.lab.kernelbench_check import EXPECTED, compare, run_check, write_expected  # noqa: E402
+from workbench.lab.kernelbench_report import write_report  # noqa: E402
 
 
 def main() -> int:
@@ -37,8 +42,13 @@ def main() -> int:
         return 2
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = run_check(root, Path(args.out or tmp), jobs=args.jobs, skip_compile=not args.compile, verbose=True)
-    seconds = time.monotonic() - t0
+        out = Path(args.out or tmp)
+        rows = run_check(root, out, jobs=args.jobs, skip_compile=not args.compile, verbose=True)
+        seconds = time.monotonic() - t0
+        if args.out:
+            write_report(out, rows, {"name": out.name, "dir": "../shared/kernelbench (development set)",
+                                     "device": "cpu", "skip_compile": not args.compile, "jobs": args.jobs,
+                                     "seconds": round(seconds)})
     if args.write_expected:
         write_expected(rows, seconds, jobs=args.jobs)
         print(f"wrote {EXPECTED} ({sum(r.correct and r.generated for r in rows)} files) in {seconds:.0f} s")

@@ -323,3 +323,34 @@ def test_activations_and_inplace_chains_lower_and_match_torch(tmp_path):
     for name, r in report.items():
         assert r["kernel"] and not r["left"], (name, r)
         assert r["err"] <= 1e-5, (name, r)
+
+
+def test_search_stops_when_the_reference_is_random(tmp_path):
+    """Dropout in training mode: every candidate's correctness is inconclusive, so the search stops after the step
+    that found it instead of spending the budget on candidates that can never be judged."""
+    from workbench.devices.resolve import get_device
+    from workbench.harness.budget import Budget
+    from workbench.search.search import make_search
+
+    problem = _problem(tmp_path, "drop", '''
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.5)
+            def forward(self, x):
+                return self.drop(torch.relu(x))
+        def get_inputs():
+            return [torch.randn(8, 64)]
+        def get_init_inputs():
+            return []
+    ''')
+    device = get_device("cpu")
+    try:
+        search = make_search(problem, device, budget=Budget(30.0), per_step=2)
+        search.run(steps=5)
+    finally:
+        device.close()
+    assert search.steps == 1
+    assert search.stopped().startswith("no candidate can be judged: the reference is random")

@@ -226,6 +226,9 @@ def test_shipped_suite_results_still_match_the_templates():
     for row in rows:
         if row.get("status") != "ok":
             continue
+        if "superseded" in row:  # kept for the record, marked with why (the space it was measured in changed)
+            assert len(row["superseded"]) > 40, row["problem"]
+            continue
         prop = OfflineProposer(Problem.load(row["problem"]))
         from workbench.proposers.offline import Choice
 

@@ -41,6 +41,9 @@ class Stage(StoredWord):
 
 
 PASS, FAIL, INCONCLUSIVE, REFUSED = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.REFUSED
+# how the correctness stage opens its verdict on a reference whose two runs on the same inputs differ: no candidate
+# can be judged against it, so a search stops on it
+RANDOM_REFERENCE = "the reference is random"
 
 # Stage names in ladder order (plain strings, as stored); fidelity of a stored evaluation is the highest stage it
 # reached.

@@ -18,9 +18,35 @@ EXPECTED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "kernelb
 
 
 def run_check(root: Path, out: Path, jobs: int = 2, skip_compile: bool = True, verbose: bool = False,
-              timeout_s: float = 120.0) -> list[FileResult]:
+              timeout_s: float = 120.0, only: list[str] | None = None) -> list[FileResult]:
+    """`only`: the files to run (paths relative to `root`, e.g. "level1/19_ReLU.py"); default every file."""
     cfg = RunConfig(device="cpu", jobs=jobs, skip_compile=skip_compile, timeout_s=timeout_s)
-    return run_files(discover(root), out, cfg, progress=ProgressBar() if verbose else None)
+    files = discover(root)
+    if only is not None:
+        wanted = set(only)
+        files = [f for f in files if f.relative_to(root).as_posix() in wanted]
+        missing = wanted - {f.relative_to(root).as_posix() for f in files}
+        if missing:
+            raise FileNotFoundError(f"not under {root}: {sorted(missing)}")
+    return run_files(files, out, cfg, progress=ProgressBar() if verbose else None)
+
+
+def smoke_files(rows: list[FileResult], per_family: int = 1, max_seconds: float = 30.0) -> list[str]:
+    """A small subset that still touches every kernel family the passing files use: for each family, its fastest
+    passing file(s) (on the machine that wrote the expectations), none slower than `max_seconds`. The test suite
+    runs these on every change; the whole set is the experiment's (minutes per family file on 2 cores)."""
+    ok = sorted((r for r in rows if r.correct and r.generated and r.seconds <= max_seconds),
+                key=lambda r: (r.seconds, r.file))
+    chosen: list[str] = []
+    for fam in sorted({f for r in ok for f in r.families}):
+        for r in [r for r in ok if fam in r.families][:per_family]:
+            if r.file not in chosen:
+                chosen.append(r.file)
+    return sorted(chosen)
+
+
+def load_smoke(path: Path = EXPECTED) -> list[str]:
+    return list(json.loads(path.read_text()).get("smoke", [])) if path.exists() else []
 
 
 def passing(rows: list[FileResult]) -> set[str]:
@@ -46,4 +72,6 @@ def write_expected(rows: list[FileResult], seconds: float, jobs: int, path: Path
                  "--write-expected",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": len(rows),
         "seconds": round(seconds), "jobs": jobs,
+        "smoke": smoke_files(rows),
+        "seconds_per_file": {r.file: round(r.seconds, 1) for r in sorted(rows, key=lambda r: r.file)},
         "correct_generated": sorted(passing(rows)), "not_passing": dict(sorted(failing.items()))}, indent=1) + "\n")

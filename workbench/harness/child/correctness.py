@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ...core.records import FAIL, INCONCLUSIVE, PASS
+from ...core.records import FAIL, INCONCLUSIVE, PASS, RANDOM_REFERENCE
 from .. import tolerance as tol_mod
 from .execution import (
     ModelPair,
@@ -129,7 +129,7 @@ def _reference_varies(models: ModelPair, inputs: list[Any], precision: str,
         _, tol = tol_mod.resolve([a.dtype], precision, tol_overrides)
         ok, why, _ = tol_mod.compare(b, a, tol)
         if not ok:
-            return (f"the reference is random: two runs on the same inputs differ (output {k}: "
+            return (f"{RANDOM_REFERENCE}: two runs on the same inputs differ (output {k}: "
                     f"{why.split(': ', 1)[-1]}); dropout with p > 0 in training mode, or state kept between calls? "
                     "correctness cannot be judged against it")
     return None
