@@ -89,9 +89,11 @@ def forward(x):
 # ---------------------------------------------------------------------------------------------- sizes
 def test_shrinking_keeps_divisibility_equalities_and_skips_unpacked_names():
     src = ("batch_size = 128\nembed_dim = 768\nnum_heads = 12\nseq = 4096 * 2\nshape = (4096 * 2, 3)\nflag = True\n"
-           "H, W = 64, 64\nhidden = embed_dim * 4\n")
+           "H, W = 64, 64\nhidden = embed_dim * 4\na, b = shape\n")
     consts = int_literals(src)
-    assert consts == {"batch_size": 128, "embed_dim": 768, "num_heads": 12, "seq": 8192, "shape": (8192, 3)}
+    # a literal tuple unpacked is a constant per name (the loader splits it); other unpacking is left alone
+    assert consts == {"batch_size": 128, "embed_dim": 768, "num_heads": 12, "seq": 8192, "shape": (8192, 3),
+                      "H": 64, "W": 64}
     new = shrunk_values(consts, cap=8)
     assert new["batch_size"] == 2
     # 3 | 12 | 768 in the file (shape[1] = 3): heads 12 -> 9 (a multiple of 3 at least the cap), dim -> 9

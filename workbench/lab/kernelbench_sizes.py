@@ -6,8 +6,8 @@ computed from others (`out = dim * 4`) follow their inputs unchanged. Each int a
 one at or below the cap (kernel sizes, strides, padding, dims, groups, heads) is kept. Divisibility between constants
 is kept: a shrunk value is a multiple of the new value of every smaller constant that divided it (groups | channels,
 heads | embed_dim), and one whose multiple would not be smaller keeps its value; constants equal in the file stay
-equal. Batch-like names (`batch...`) shrink further, to 2, keeping only equalities. Names bound by unpacking
-(`H, W = 32, 32`) cannot be overridden and keep their values.
+equal. Batch-like names (`batch...`) shrink further, to 2, keeping only equalities. Names bound by unpacking a literal
+tuple (`H, W = 32, 32`) are constants like any other; names bound by other unpacking keep their values.
 
 `shrink(path)` tries caps from small to large and keeps the first whose model constructs and traces on meta
 tensors (the proposer's capture): a network whose spatial dims are halved five times needs more than 8; then the batch
@@ -48,8 +48,8 @@ def _int_value(node: ast.expr) -> int | None:
 
 def int_literals(source: str) -> dict[str, int | tuple[int, ...]]:
     """Module-level names assigned an int (a literal or an expression of literals; not a bool) or a tuple of ints,
-    by a plain assignment; the last binding wins. A name ever bound by unpacking (`H, W = 32, 32`) is left out: the
-    loader cannot override it."""
+    by a plain assignment or by unpacking a literal tuple (`H, W = 32, 32`); the last binding wins. A name ever bound
+    by any other unpacking (`a, b = shape`) is left out: the loader cannot override it."""
     found: dict[str, int | tuple[int, ...]] = {}
     unpacked: set[str] = set()
     for node in ast.parse(source).body:
@@ -60,6 +60,17 @@ def int_literals(source: str) -> dict[str, int | tuple[int, ...]]:
         else:
             continue
         for t in targets:
+            if isinstance(t, ast.Tuple) and isinstance(value, ast.Tuple) and len(t.elts) == len(value.elts) and \
+                    all(isinstance(e, ast.Name) for e in t.elts):
+                # `D, H, W = 16, 32, 32`: each name its own constant (the loader splits such an assignment to
+                # override one of them)
+                for name, item in zip(t.elts, value.elts):
+                    v = _int_value(item)
+                    if v is None:
+                        found.pop(name.id, None)
+                    else:
+                        found[name.id] = v
+                continue
             if not isinstance(t, ast.Name):
                 unpacked |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
                 continue
