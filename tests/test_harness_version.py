@@ -50,6 +50,22 @@ GOLDEN = {
         "static.py": "60d9de4ea2ebb2b8",
         "tolerance.py": "86c0579181a88d2e",
     },
+    # 3: a strict-fp32 reference whose values miss is re-run in float64 and its own rounding sets an absolute floor
+    # (outputs that are cancellations of larger terms); the pass reason says when a bound widened
+    "3": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "0bcaf775ca369804",
+        "child/correctness.py": "78843cb1d2b344cd",
+        "child/device_stages.py": "500464db89eeb6c9",
+        "child/execution.py": "0a208adee9e360cb",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/judge.py": "462143b3a2f7b199",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "7828839d1493d3c6",
+        "compile.py": "4222ebf92178a5f2",
+        "static.py": "60d9de4ea2ebb2b8",
+        "tolerance.py": "86c0579181a88d2e",
+    },
 }
 
 

@@ -123,9 +123,9 @@ def test_notebook_03_sweep_report(replay_sweep, tmp_path, monkeypatch):
 def test_notebook_04_suite_benchmark(tmp_path, monkeypatch):
     _needs_papermill()
     r = _execute("04_suite_benchmark", tmp_path, {"sort_by": "problem"}, monkeypatch)
-    # results/suite/README.md: 34 problems, geo-means 1.530x eager, 1.018x torch.compile, 1.670x max-autotune
-    assert "34 problems with a full timing" in r["text"] and "1.53x vs eager" in r["text"]
-    assert "1.02x vs torch.compile" in r["text"] and "1.67x vs max-autotune" in r["text"]
+    # results/suite/table.md: 34 problems, geo-means 1.524x eager, 1.014x torch.compile, 1.670x max-autotune
+    assert "34 problems with a full timing" in r["text"] and "1.52x vs eager" in r["text"]
+    assert "1.01x vs torch.compile" in r["text"] and "1.67x vs max-autotune" in r["text"]
     bars, scatter = r["figures"]
     assert [t["type"] for t in bars["data"]] == ["bar", "bar", "bar"] and len(bars["data"][0]["x"]) == 34
     assert bars["data"][0]["x"][:2] == ["attention", "bias_gelu_residual"]  # sorted by problem
