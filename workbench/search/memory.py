@@ -13,6 +13,8 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..core.records import RANDOM_REFERENCE
+
 
 @dataclasses.dataclass
 class Attempt:
@@ -36,9 +38,12 @@ class SearchMemory:
         self.attempts: list[Attempt] = []
         self.findings: list[dict[str, Any]] = []
         self._gains: dict[str, list[float]] = defaultdict(list)  # move kind -> log2(child / parent speedup)
+        self.random_reference: str | None = None  # the verdict that found the reference random: nothing can be judged
 
     def record(self, attempt: Attempt, parent_speedup: float | None = None) -> None:
         self.attempts.append(attempt)
+        if RANDOM_REFERENCE in attempt.reason:
+            self.random_reference = attempt.reason[attempt.reason.index(RANDOM_REFERENCE):]
         if attempt.speedup is not None and parent_speedup:
             self._gains[attempt.move.split(":", 1)[0]].append(math.log2(attempt.speedup / parent_speedup))
 
@@ -94,7 +99,10 @@ class SearchMemory:
     def from_json(cls, text: str) -> SearchMemory:
         d = json.loads(text)
         m = cls()
-        m.attempts = [Attempt(**a) for a in d["attempts"]]
+        for a in d["attempts"]:
+            m.attempts.append(Attempt(**a))
+            if RANDOM_REFERENCE in m.attempts[-1].reason:
+                m.random_reference = m.attempts[-1].reason[m.attempts[-1].reason.index(RANDOM_REFERENCE):]
         m.findings = d["findings"]
         for k, v in d.get("gains", {}).items():
             m._gains[k] = list(v)

@@ -47,7 +47,7 @@ from ..core.events import (
     skip_reason,
     status_of,
 )
-from ..core.records import RANDOM_REFERENCE, REFUSED, Evaluation, Stage, StageRecord
+from ..core.records import REFUSED, Evaluation, Stage, StageRecord
 from ..devices.resolve import replays_dataset
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder, PromotionPolicy
@@ -202,10 +202,8 @@ class Search:
         against it, so more measurements only spend the budget), or LLM replies failing step after step; None to go
         on."""
         reason = self.budget.exhausted()
-        if not reason:
-            random_ref = next((a.reason for a in reversed(self.memory.attempts) if RANDOM_REFERENCE in a.reason), None)
-            if random_ref is not None:
-                reason = f"no candidate can be judged: {random_ref[random_ref.index(RANDOM_REFERENCE):][:160]}"
+        if not reason and self.memory.random_reference:
+            reason = f"no candidate can be judged: {self.memory.random_reference[:160]}"
         if not reason and self.llm is not None:
             if self.llm.moves.fatal:
                 reason = f"llm unusable: {self.llm.moves.fatal}"
