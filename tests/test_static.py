@@ -327,11 +327,27 @@ def test_super_init_and_a_local_base_class_are_fine():
     ("import socket", "error"),
     ("import urllib.request", "error"),
     ("torch.save(torch.zeros(1), '/tmp/t.pt')", "error"),
+    # the routes a fault probe found accepted (issue 18, item 4)
+    ("import numpy as np\nnp.zeros(3).tofile('/tmp/x.bin')", "error"),
+    ("import numpy as np\nnp.savetxt('/tmp/x.txt', np.zeros(3))", "error"),
+    ("import sqlite3\nsqlite3.connect('/tmp/x.db')", "error"),
+    ("import logging\nlogging.getLogger().addHandler(logging.FileHandler('/tmp/x.log'))", "error"),
+    ("import io\nio.FileIO('/tmp/x', 'w')", "error"),
+    ("t = torch.from_file('/tmp/x', shared=True, size=4)", "error"),
+    ("o = open\no('/tmp/x', 'w')", "error"),
+    ("from pathlib import Path\ngetattr(Path('/tmp/x'), 'write_' + 'bytes')(b'1')", "error"),
+    ("m = torch.hub.load('a/b', 'c')", "error"),
+    ("from os import remove", "error"),
     ("open('/etc/hostname').read()", "warning"),
     ("from pathlib import Path\nPath('/etc/hostname').read_text()", "warning"),
 ])
 def test_side_effects(code, severity):
     assert "side_effect" in checks(cand(code + "\n"), severity)
+
+
+def test_computed_getattr_on_layers_is_fine():
+    code = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return getattr(self, f'conv{1}')(x)\n"
+    assert "side_effect" not in checks(cand(code), None)
 
 
 def test_reading_the_environment_is_fine():

@@ -183,6 +183,10 @@ def _records(result: dict[str, Any], stages: list[str], wall: float, on_gpu: boo
     if result.get("tampered") and raw and raw[-1]["verdict"] == PASS:
         raw[-1] = {**raw[-1], "verdict": FAIL,
                    "reason": "tampering: the candidate changed " + ", ".join(result["tampered"])}
+    if result.get("output") and raw:  # what the candidate printed, bounded, on the record of the last stage it reached
+        out = result["output"]
+        raw[-1] = {**raw[-1], "data": {**raw[-1].get("data", {}),
+                                       "printed": {"bytes": out.get("bytes", 0), "tail": out.get("tail", "")}}}
     records = []
     overhead = max(wall - sum(r.get("seconds", 0.0) for r in raw), 0.0)
     for i, r in enumerate(raw):

@@ -6,26 +6,89 @@ starts, so when it hangs or dies the parent knows which stage to blame. A child 
 dies (segfault, abort, os._exit) or reports a broken CUDA context is restarted before the next task. Whatever
 happens, the parent gets a dict back, never an exception from the child.
 
+Each child is isolated by the OS before it imports anything of a candidate's (`harness.child.isolation`: no network,
+a read-only file system but for its own directory and the kernel caches, no capabilities, a CPU-time limit per task).
+Its stdout and stderr go to a file in its own directory, so a candidate's prints never reach the CLI's output; the
+parent hands back a bounded tail of them with each answer and truncates the file. The parent also watches the
+child's resident memory (its subprocesses included) and kills it past a limit.
+
 This module imports nothing heavy at top level: the child sets its environment (CUDA_VISIBLE_DEVICES,
 TRITON_INTERPRET) before torch or triton are imported.
 """
 from __future__ import annotations
 
+import getpass
 import importlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 _CTX = mp.get_context("spawn")
 _START_LOCK = threading.Lock()  # workers with different environments may start from several threads at once
+OUTPUT_TAIL_BYTES = 4000  # how much of a task's captured stdout/stderr comes back with its answer
+POLL_S = 0.25  # how often the parent looks at the child's memory while it waits
+_warned_isolation: list[str] = []  # the reason isolation is unavailable, said once per process
+
+
+def memory_limit_bytes() -> int:
+    """`$WORKBENCH_WORKER_MEMORY_GB`, else 60 % of this machine's memory: a worker past it is killed."""
+    explicit = os.environ.get("WORKBENCH_WORKER_MEMORY_GB")
+    if explicit:
+        return int(float(explicit) * 2**30)
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 64 * 2**30
+    return int(0.6 * total)
+
+
+def isolation_wanted() -> bool:
+    return os.environ.get("WORKBENCH_SANDBOX", "1") not in ("0", "off", "false", "no")
+
+
+def isolation_env(private_dir: Path) -> dict[str, str]:
+    """What a child needs set before torch starts: its TMPDIR on its private tmpfs, and Inductor's cache pinned where
+    it is without isolation (under the machine's temp dir), so compiled references stay cached across runs."""
+    user = getpass.getuser() if hasattr(os, "getuid") else "user"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                        f"torchinductor_{user}")
+    return {"TMPDIR": str(private_dir / "tmp"), "TORCHINDUCTOR_CACHE_DIR": inductor,
+            "WORKBENCH_WORKER_DIR": str(private_dir)}
+
+
+def _redirect_output(private_dir: str) -> None:
+    fd = os.open(os.path.join(private_dir, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _isolate(private_dir: str) -> dict[str, Any]:
+    if not isolation_wanted():
+        return {"active": False, "reason": "turned off (WORKBENCH_SANDBOX=0)"}
+    from ..harness.child import isolation
+
+    try:
+        return {"active": True, **isolation.apply(private_dir)}
+    except (isolation.IsolationUnavailable, OSError) as e:
+        return {"active": False, "reason": str(e)}
 
 
 def _child_main(conn, env: dict[str, str]) -> None:
     os.environ.update(env)
+    private_dir = env.get("WORKBENCH_WORKER_DIR")
+    isolated: dict[str, Any] = {"active": False, "reason": "no private directory"}
+    if private_dir:
+        _redirect_output(private_dir)
+        isolated = _isolate(private_dir)
     from ..harness.child import sandbox  # imports torch and triton, with the environment set above
 
     # isort: split
@@ -38,7 +101,7 @@ def _child_main(conn, env: dict[str, str]) -> None:
 
         interpreter_fixes.apply()
     sandbox.snapshot_sensitive()
-    conn.send(("ready", sandbox.describe_environment()))
+    conn.send(("ready", {**sandbox.describe_environment(), "isolation": isolated}))
     while True:
         try:
             msg = conn.recv()
@@ -46,7 +109,11 @@ def _child_main(conn, env: dict[str, str]) -> None:
             return
         if msg is None:
             return
-        func_path, kwargs = msg
+        func_path, kwargs, cpu_seconds = msg
+        if isolated.get("active"):
+            from ..harness.child import isolation
+
+            isolation.allow_cpu_seconds(cpu_seconds)
         try:
             mod_name, fn_name = func_path.split(":")
             fn = getattr(importlib.import_module(mod_name), fn_name)
@@ -59,6 +126,8 @@ def _child_main(conn, env: dict[str, str]) -> None:
         if tampered:
             result["tampered"] = tampered
             result["fatal"] = True
+        sys.stdout.flush()
+        sys.stderr.flush()
         conn.send(("result", result))
         if result.get("fatal"):
             return  # exit so the parent restarts a clean process
@@ -75,6 +144,8 @@ class Worker:
         self.conn: Any = None
         self.info: dict[str, Any] = {}
         self.restarts = 0
+        self.private_dir: Path | None = None
+        self.memory_limit = memory_limit_bytes()
         self._lock = threading.Lock()  # one task at a time per child: the pipe carries one conversation
 
     def alive(self) -> bool:
@@ -86,14 +157,16 @@ class Worker:
             return 0.0
         t0 = time.perf_counter()
         self.stop()
+        self.private_dir = Path(tempfile.mkdtemp(prefix=f"wb-{self.name}-"))
+        env = {**self.env, **isolation_env(self.private_dir)}
         parent, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_child_main, args=(child, self.env), daemon=True, name=self.name)
+        self.proc = _CTX.Process(target=_child_main, args=(child, env), daemon=True, name=self.name)
         # The environment is set in the parent while the child starts, not only inside it: a spawned child imports
         # the parent's __main__ first, and a script that imports triton at its top would load it before
         # TRITON_INTERPRET or CUDA_VISIBLE_DEVICES took effect.
         with _START_LOCK:
-            saved = {k: os.environ.get(k) for k in self.env}
-            os.environ.update(self.env)
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
             try:
                 self.proc.start()
             finally:
@@ -105,16 +178,36 @@ class Worker:
         child.close()
         self.conn = parent
         if not parent.poll(self.start_timeout):
+            tail = self.take_output()
             self.stop()
-            raise RuntimeError(f"{self.name}: worker did not start within {self.start_timeout:.0f} s")
+            raise RuntimeError(f"{self.name}: worker did not start within {self.start_timeout:.0f} s{_said(tail)}")
         try:
             kind, info = parent.recv()
         except EOFError:
             code = self.proc.exitcode
+            tail = self.take_output()
             self.stop()
-            raise RuntimeError(f"{self.name}: worker died while starting (exit code {code})") from None
+            raise RuntimeError(f"{self.name}: worker died while starting (exit code {code}){_said(tail)}") from None
         self.info = info
+        iso = info.get("isolation", {})
+        if not iso.get("active") and not _warned_isolation:
+            _warned_isolation.append(iso.get("reason", "unknown"))
+            print(f"workbench: candidate workers run without OS isolation here ({_warned_isolation[0]}); the static "
+                  "stage is the only barrier to file and network access", file=sys.stderr)
         return time.perf_counter() - t0
+
+    def take_output(self) -> dict[str, Any]:
+        """What the child printed since the last call: its size and a bounded tail; the file is emptied."""
+        log = self.private_dir / "output.log" if self.private_dir else None
+        try:
+            size = log.stat().st_size
+            with open(log, "rb") as f:
+                f.seek(max(0, size - OUTPUT_TAIL_BYTES))
+                tail = f.read().decode("utf-8", "replace")
+            os.truncate(log, 0)
+        except (OSError, AttributeError):
+            return {}
+        return {"bytes": size, "tail": tail} if size else {}
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -130,6 +223,9 @@ class Worker:
         if self.conn is not None:
             self.conn.close()
         self.proc, self.conn = None, None
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            self.private_dir = None
 
     def call(self, func_path: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
         """Run func_path(**kwargs) in the child. Result dict gets `_wall_s`, `_start_s`, and on failure
@@ -146,14 +242,28 @@ class Worker:
         stage = None
         completed: list[dict[str, Any]] = []
         deadline = t0 + timeout
+        cpu_seconds = timeout * max(1, os.cpu_count() or 1)  # every core busy for the whole wall-clock limit
         try:
-            self.conn.send((func_path, kwargs))
+            self.conn.send((func_path, kwargs, cpu_seconds))
             while True:
                 left = deadline - time.perf_counter()
-                if left <= 0 or not self.conn.poll(left):
+                if left <= 0:
+                    output = self.take_output()
                     self._kill()
                     return {"timed_out": True, "stage": stage, "error": f"timed out after {timeout:.0f} s",
-                            "completed": completed, "_wall_s": time.perf_counter() - t0, "_start_s": start_s}
+                            "completed": completed, "output": output, "_wall_s": time.perf_counter() - t0,
+                            "_start_s": start_s}
+                if not self.conn.poll(min(left, POLL_S)):
+                    rss = process_tree_rss(self.proc.pid)
+                    if rss > self.memory_limit:
+                        output = self.take_output()
+                        self._kill()
+                        return {"crashed": True, "stage": stage, "memory_exceeded": True,
+                                "error": f"killed: the worker's memory reached {rss / 2**30:.1f} GiB, over its limit "
+                                         f"of {self.memory_limit / 2**30:.1f} GiB (WORKBENCH_WORKER_MEMORY_GB)",
+                                "completed": completed, "output": output, "_wall_s": time.perf_counter() - t0,
+                                "_start_s": start_s}
+                    continue
                 kind, payload = self.conn.recv()
                 if kind == "stage":
                     if isinstance(payload, dict):
@@ -168,9 +278,14 @@ class Worker:
             if self.proc is not None:
                 self.proc.join(2)
                 code = self.proc.exitcode
+            output = self.take_output()
             self._kill()
             return {"crashed": True, "stage": stage, "error": f"worker crashed ({describe_exit(code)})",
-                    "completed": completed, "_wall_s": time.perf_counter() - t0, "_start_s": start_s}
+                    "completed": completed, "output": output, "_wall_s": time.perf_counter() - t0,
+                    "_start_s": start_s}
+        output = self.take_output()
+        if output:
+            result["output"] = output
         if result.get("fatal"):
             self._kill()  # the child exits on its own; make sure, then restart lazily
         result["_wall_s"] = time.perf_counter() - t0
@@ -184,9 +299,33 @@ class Worker:
         self.restarts += 1
 
 
+def _said(output: dict[str, Any]) -> str:
+    return f"; it printed: {output['tail'][-1500:].strip()}" if output.get("tail") else ""
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and its descendants (a compiler or Inductor's compile pool counts too); 0 if gone."""
+    total, todo, seen = 0, [pid], set()
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "exit status unknown"
+    if code == -signal.SIGXCPU:
+        return "killed by SIGXCPU: over its CPU-time limit"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"

@@ -448,20 +448,47 @@ def check_reference(src: Source) -> list[dict]:
 
 
 NETWORK = ("socket", "requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "ftplib", "smtplib", "telnetlib",
-           "paramiko", "websocket", "websockets", "ssl")
+           "paramiko", "websocket", "websockets", "ssl", "torch.hub", "torch.utils.model_zoo", "huggingface_hub",
+           "xmlrpc", "asyncssh", "pycurl")
 FILE_WRITES = ("os.open", "os.remove", "os.unlink", "os.rename", "os.replace", "os.makedirs", "os.mkdir", "os.rmdir",
-               "os.removedirs", "os.truncate", "os.chmod", "os.link", "os.symlink", "shutil", "tempfile",
-               "torch.save", "numpy.save", "numpy.savez", "os.putenv", "os.unsetenv")
+               "os.removedirs", "os.truncate", "os.ftruncate", "os.chmod", "os.chown", "os.link", "os.symlink",
+               "os.write", "os.writev", "os.pwrite", "os.fdopen", "os.mkfifo", "os.mknod", "os.utime", "shutil",
+               "tempfile", "torch.save", "torch.from_file", "torch.UntypedStorage.from_file", "numpy.save",
+               "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.memmap", "numpy.lib.format",
+               "io.FileIO", "_io", "logging.FileHandler", "logging.handlers", "logging.basicConfig", "pickle.dump",
+               "json.dump", "os.putenv", "os.unsetenv")
+# Modules whose only purpose here would be to reach the disk (a database, a key-value file, an archive).
+FILE_MODULES = ("sqlite3", "dbm", "shelve", "zipfile", "tarfile", "gzip", "bz2", "lzma", "mmap", "fcntl", "pty",
+                "h5py", "pandas", "pyarrow")
+# Methods that write a file whatever object they hang off (ndarray.tofile, DataFrame.to_csv, Storage.from_file).
+WRITE_METHODS = ("write_text", "write_bytes", "touch", "unlink", "tofile", "to_csv", "to_parquet", "to_pickle",
+                 "to_hdf", "to_feather", "savefig", "from_file", "symlink_to", "hardlink_to", "mkdir",
+                 "rmdir", "chmod")
 FILE_READS = ("torch.load", "numpy.load", "numpy.fromfile", "pickle.load")
 ENV_WRITES = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
+# Substrings of a computed getattr name that point at the routes above (`getattr(p, "write_" + "bytes")`).
+RISKY_ATTR_PARTS = ("write", "open", "save", "file", "unlink", "remove", "system", "exec", "popen", "spawn", "socket",
+                    "connect", "touch", "rename", "dump", "environ", "putenv", "import", "hub")
+
+
+def _computed_name_parts(node: ast.AST) -> list[str]:
+    """The literal pieces of a name built at run time ('write_' + 'bytes', f'write_{x}', ''.join([...]))."""
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
 def check_side_effects(src: Source) -> list[dict]:
-    """Writing files or the environment, and the network: errors. Reading files: a warning."""
+    """Writing files or the environment, and the network: errors. Reading files: a warning. The OS sandbox of the
+    workers (`harness.child.isolation`) is the barrier; this stage names the plain forms early and says why."""
     def bad(n: ast.AST, what: str, severity: str = ERROR) -> dict:
         tail = "a candidate computes, it does not touch the machine" if severity == ERROR else "check what it reads"
         return _flag("side_effect", severity, n, f"file, network or environment side effect ({what}): {tail}")
-    flags = [bad(n, d) for n, d in src.names if _matches(d, NETWORK)]
+    flags = [bad(n, d) for n, d in src.names if _matches(d, NETWORK) or _matches(d, FILE_MODULES)
+             or _matches(d, FILE_WRITES) and isinstance(n, (ast.Import, ast.ImportFrom))]
+    called = {id(c.func) for c, _ in src.calls}
+    for n in src.nodes:  # `o = open; o(path, "w")`, `f(open)`: open used as a value escapes the mode check below
+        if isinstance(n, ast.Name) and n.id == "open" and isinstance(n.ctx, ast.Load) and id(n) not in called \
+                and "open" not in src.funcs:
+            flags.append(bad(n, "open used as a value"))
     for call, d in src.calls:
         attr = call.func.attr if isinstance(call.func, ast.Attribute) else ""
         kw = {k.arg: k.value for k in call.keywords}
@@ -470,10 +497,14 @@ def check_side_effects(src: Source) -> list[dict]:
             mode = call.args[1] if len(call.args) > 1 else kw.get("mode")
         elif attr == "open" and d != "os.open":  # Path(...).open(mode)
             mode = call.args[0] if call.args else kw.get("mode")
+        if d == "getattr" and len(call.args) >= 2 and not isinstance(call.args[1], ast.Constant):
+            parts = [p.lower() for p in _computed_name_parts(call.args[1])]
+            if any(r in p for p in parts for r in RISKY_ATTR_PARTS):
+                flags.append(bad(call, f"getattr with a computed name built from {parts}"))
         if mode != "none":
             writes = mode is not None and (not isinstance(mode, ast.Constant) or set(str(mode.value)) & set("wax+"))
             flags.append(bad(call, "opens a file for writing") if writes else bad(call, "reads a file", WARNING))
-        elif _matches(d, FILE_WRITES) or attr in ("write_text", "write_bytes", "touch", "unlink"):
+        elif _matches(d, FILE_WRITES) or attr in WRITE_METHODS:
             flags.append(bad(call, d or attr))
         elif _matches(d, FILE_READS) or attr in ("read_text", "read_bytes"):
             flags.append(bad(call, d or attr, WARNING))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..devices.local import cuda_gpu_count, gpu_lock
+from ..devices.worker import isolation_env, isolation_wanted
 from ..problems.problem import Problem
 from .findings import ProfilerUnavailable
 
@@ -246,10 +247,12 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
         out_dir = Path(keep) if keep else Path(tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
         report = out_dir / "profile"
+        private = Path(tmp) / "driver"  # the driver's own writable place once it isolates itself
+        private.mkdir()
         cmd = profile_command(ncu, [sys.executable, "-m", "workbench.profiling.ncu", "--drive", spec], str(report))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         physical = visible.split(",")[gpu_index].strip() if visible else str(gpu_index)
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": physical, "TRITON_INTERPRET": "0"}
+        env = {**os.environ, **isolation_env(private), "CUDA_VISIBLE_DEVICES": physical, "TRITON_INTERPRET": "0"}
         with gpu_lock(int(physical) if physical.isdigit() else 0):
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -266,8 +269,26 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
     return metrics
 
 
+# How the driver isolates itself under ncu: "full" (as a worker), "files" (network and capabilities kept, for a
+# machine where ncu's injection needs them), "off".
+NCU_ISOLATION = os.environ.get("WORKBENCH_NCU_ISOLATION", "full")
+
+
+def _isolate_driver() -> None:
+    if not isolation_wanted() or NCU_ISOLATION == "off" or not os.environ.get("WORKBENCH_WORKER_DIR"):
+        return
+    from ..harness.child import isolation
+
+    full = NCU_ISOLATION == "full"
+    try:
+        isolation.apply(os.environ["WORKBENCH_WORKER_DIR"], network=full, drop_capabilities=full)
+    except isolation.IsolationUnavailable as e:
+        print(f"workbench: the ncu driver runs without OS isolation here ({e})", file=sys.stderr)
+
+
 def _drive(spec: dict[str, Any]) -> None:
     """Run under ncu: build the models on the GPU, warm up outside the profiled range, then call the forward inside."""
+    _isolate_driver()  # before the candidate or the problem is imported
     import torch  # only under ncu: the parent's `collect` stays light
 
     from ..harness.child.execution import build_pair, make_inputs, run_model, set_precision
