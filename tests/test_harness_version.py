@@ -66,6 +66,25 @@ GOLDEN = {
         "static.py": "60d9de4ea2ebb2b8",
         "tolerance.py": "86c0579181a88d2e",
     },
+    # 4: outputs judged over their whole structure (container kinds, dict keys, lengths, exact non-tensor leaves,
+    # Python floats within the tensors' bounds); degenerate problems (every input empty, a reference output of None
+    # or empty tensors only) are inconclusive; workers isolated by the OS (child/isolation.py: a write or a connect
+    # now fails the stage where it used to succeed); the static stage names more file and network routes
+    "4": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "0bcaf775ca369804",
+        "child/correctness.py": "bd19c4c234683753",
+        "child/device_stages.py": "500464db89eeb6c9",
+        "child/execution.py": "c1b173f442122e8f",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/isolation.py": "03841ac4d8cba762",
+        "child/judge.py": "df694b3a7740b7ce",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "7828839d1493d3c6",
+        "compile.py": "4222ebf92178a5f2",
+        "static.py": "cff284781f6f7df3",
+        "tolerance.py": "b7a4ae1f7efa7f55",
+    },
 }
 
 

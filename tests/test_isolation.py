@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.devices import cuda_gpu_count
 from workbench.devices.local import LocalDevice
 from workbench.devices.worker import Worker, describe_exit
 from workbench.problems.problem import Problem
@@ -86,8 +87,7 @@ def test_cpu_time_past_the_limit_is_killed_by_the_kernel():
     assert "SIGXCPU" in describe_exit(proc.returncode)
 
 
-def test_a_candidate_that_writes_a_file_fails_its_stage_and_writes_nothing(tmp_path):
-    """The whole device path, static stage bypassed: the sandbox is the barrier behind it."""
+def _writer(tmp_path: Path) -> tuple[Path, Path]:
     target = tmp_path / "leak.txt"
     cand = tmp_path / "writer.py"
     cand.write_text(textwrap.dedent(f"""
@@ -105,6 +105,12 @@ def test_a_candidate_that_writes_a_file_fails_its_stage_and_writes_nothing(tmp_p
                     f.write("leak")
                 return torch.relu(x * self.scale + self.shift)
         """))
+    return target, cand
+
+
+def test_a_candidate_that_writes_a_file_fails_its_stage_and_writes_nothing(tmp_path):
+    """The whole device path, static stage bypassed: the sandbox is the barrier behind it."""
+    target, cand = _writer(tmp_path)
     dev = LocalDevice("cpu")
     try:
         if not dev.info["isolation"]["active"]:
@@ -114,4 +120,26 @@ def test_a_candidate_that_writes_a_file_fails_its_stage_and_writes_nothing(tmp_p
     finally:
         dev.close()
     assert rec.verdict == "fail" and "Read-only file system" in rec.reason, rec
+    assert not target.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_gpu_count() == 0, reason="needs a CUDA GPU (run on the H200)")
+def test_the_gpu_worker_is_isolated_and_cuda_and_nvml_still_work(tmp_path):
+    from workbench.examples import EXAMPLES
+
+    target, cand = _writer(tmp_path)
+    dev = LocalDevice("cuda")
+    try:
+        info = dev.info
+        assert info["isolation"]["active"], info["isolation"]
+        assert info["cuda"] and info["driver"], info  # the driver version comes from NVML inside the worker
+        problem = Problem.load("scale_shift_relu", overrides={"batch_size": 4, "dim": 64})
+        rec = dev.run_stages(problem, cand, ["correctness"])[-1]
+        assert rec.verdict == "fail" and "Read-only file system" in rec.reason, rec
+        ex = next(e for e in EXAMPLES if e.problem == "scale_shift_relu")
+        recs = dev.run_stages(Problem.load(ex.problem), ex.path, ["correctness", "quick_timing"])
+        assert [r.verdict for r in recs] == ["pass", "pass"], recs
+    finally:
+        dev.close()
     assert not target.exists()

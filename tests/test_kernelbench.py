@@ -16,7 +16,8 @@ from workbench.lab.kernelbench_report import build_report, by_level, fast_p, geo
 from workbench.lab.kernelbench_sizes import int_literals, shrink, shrunk_values
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELBENCH = ROOT / ".." / "shared" / "kernelbench"
+# $WORKBENCH_KERNELBENCH: a copy of (part of) the dev set, on the GPU machine where ../shared is not carried
+KERNELBENCH = Path(os.environ.get("WORKBENCH_KERNELBENCH") or ROOT / ".." / "shared" / "kernelbench")
 
 RELU = """import torch
 import torch.nn as nn
@@ -280,3 +281,38 @@ def test_cpu_check_over_the_development_set(tmp_path):
         pytest.skip("the whole dev-set check takes ~30 min on 2 cores: set WORKBENCH_DEVSET_CHECK=full "
                     "(the per-family smoke subset ran)")
     _check(tmp_path)
+
+
+# The kernel families on the GPU: the smoke subset plus the 2-D/3-D, depthwise and pooling and norm files the CPU
+# smoke set leaves to the interpreter check (small sizes, the default candidate, compiled for the H200 and judged
+# against the reference on it).
+GPU_FAMILY_FILES = ("level1/50_conv_standard_2D__square_input__square_kernel.py",
+                    "level1/59_conv_standard_3D__asymmetric_input__square_kernel.py",
+                    "level1/84_conv_depthwise_2D_asymmetric_input_square_kernel.py",
+                    "level1/42_Max_Pooling_2D.py", "level1/43_Max_Pooling_3D.py", "level1/33_BatchNorm.py",
+                    "level1/35_GroupNorm_.py", "level1/34_InstanceNorm.py",
+                    "level2/19_ConvTranspose2d_GELU_GroupNorm.py", "level2/23_Conv3d_GroupNorm_Mean.py")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_gpu_default_candidates_of_every_family_are_correct(tmp_path):
+    from workbench.devices import cuda_gpu_count
+    from workbench.devices.local import LocalDevice
+    from workbench.lab.kernelbench import check_file_cpu
+    from workbench.lab.kernelbench_check import load_smoke
+
+    if cuda_gpu_count() == 0:
+        pytest.skip("needs a CUDA GPU (run on the H200)")
+    files = [*load_smoke(), *GPU_FAMILY_FILES]
+    if not all((KERNELBENCH / f).is_file() for f in files):
+        pytest.skip(f"the family files are not all under {KERNELBENCH.resolve()} (set WORKBENCH_KERNELBENCH)")
+    dev = LocalDevice("cuda")
+    try:
+        rows = [check_file_cpu(KERNELBENCH / f, dev, seeds=2) for f in files]
+    finally:
+        dev.close()
+    for r in rows:
+        print(f"{r.file}: {'correct' if r.correct else 'NOT correct'}, {r.families}, {r.seconds} s; {r.reason}")
+    bad = {r.file: r.reason or r.status for r in rows if not (r.correct and r.generated)}
+    assert not bad, bad

@@ -345,7 +345,7 @@ def test_judge_widens_a_rounded_reference_once_and_says_so():
     out = (ref.float() * 1.03).to(torch.bfloat16)  # 3 % off: outside bf16's norm bound of 1e-2
     calls: list[int] = []
     j = judge_outputs((out, out), (ref, ref), "strict", [], rounding=_rounding(ref.float() * 0, 0.0, calls, 2))
-    assert not j.ok and j.failure.startswith("output mismatch") and j.failure.endswith("(output 0)")
+    assert not j.ok and j.failure.startswith("output mismatch") and j.failure.endswith("(at out[0])")
     assert calls == [1]  # asked once, and it did not help: no slack
     calls.clear()
     slack = ref.float() * 0.05
@@ -417,10 +417,11 @@ def test_judge_widens_a_tf32_reference():
 
 
 @pytest.mark.parametrize("cand, ref, reason", [
-    ((torch.ones(4), torch.ones(4)), torch.ones(4), "wrong shape: the candidate returned 2 tensor(s), the reference 1"),
-    (torch.ones(3), torch.ones(4), "wrong shape: output 0 is (3,), expected (4,)"),
+    ((torch.ones(4), torch.ones(4)), torch.ones(4), "wrong type: out is a tuple, expected a Tensor"),
+    ((torch.ones(4),), (torch.ones(4), torch.ones(4)), "wrong length: out has 1 item(s), expected 2"),
+    (torch.ones(3), torch.ones(4), "wrong shape: out is (3,), expected (4,)"),
     (torch.ones(4, dtype=torch.float64), torch.ones(4),
-     "wrong dtype: output 0 is torch.float64, expected torch.float32"),
+     "wrong dtype: out is torch.float64, expected torch.float32"),
     (torch.full((4,), float("nan")), torch.ones(4), "nan in output: 4 of 4 elements are NaN where the reference is "
                                                     "finite"),
 ])

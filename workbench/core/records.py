@@ -44,6 +44,9 @@ PASS, FAIL, INCONCLUSIVE, REFUSED = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLU
 # how the correctness stage opens its verdict on a reference whose two runs on the same inputs differ: no candidate
 # can be judged against it, so a search stops on it
 RANDOM_REFERENCE = "the reference is random"
+# how it opens its verdict on a problem with nothing to judge (every input empty, or a reference output of no values:
+# None, empty tensors): any candidate would pass, so none can be judged
+DEGENERATE_PROBLEM = "the problem is degenerate"
 
 # Stage names in ladder order (plain strings, as stored); fidelity of a stored evaluation is the highest stage it
 # reached.

@@ -9,7 +9,8 @@ Two checks, both must pass:
 
 Defaults (configurable): fp32 strict 1e-4 (fp32 arithmetic in another order lands near 1e-6); fp32 where the
 problem accepts tf32 2e-3 (tf32 lands near 3e-4); bf16/fp16 1e-2. NaN never passes unless the reference has NaN at
-the same place; integer and bool outputs must match exactly.
+the same place; integer and bool outputs must match exactly. A Python float among the outputs is held to the same
+bounds as a one-element tensor (`compare_float`).
 """
 from __future__ import annotations
 
@@ -119,3 +120,20 @@ def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tu
                        f"{float(r.flatten()[worst]):.4g} at flat index {worst}) though the relative error {rel:.3g} "
                        f"is within {tol.norm:g}"), facts
     return True, "", facts
+
+
+def compare_float(out: float, ref: float, tol: Tolerance) -> tuple[bool, str, dict[str, Any]]:
+    """Judge a Python float output against the reference's: the bounds of a one-element tensor (rms(ref) = |ref|, so
+    |out - ref| <= rtol*|ref| + atol_rms*|ref| and |out - ref| / |ref| <= norm), NaN only where the reference is NaN,
+    infinities exactly. Pure Python: no torch needed."""
+    if not (math.isfinite(out) and math.isfinite(ref)):
+        same = out == ref or (math.isnan(out) and math.isnan(ref))
+        return same, "" if same else f"output mismatch: {out!r}, expected {ref!r}", {}
+    err = abs(out - ref)
+    rel = err / abs(ref) if ref else (0.0 if err == 0 else math.inf)
+    facts = {"rel_err": rel, "max_abs_err": err, "ref_rms": abs(ref), "elements_outside": 0}
+    bound = min(tol.norm, tol.rtol + tol.atol_rms)
+    if rel <= bound:
+        return True, "", facts
+    facts["elements_outside"] = 1
+    return False, f"output mismatch: {out!r}, expected {ref!r} (relative error {rel:.3g} > {bound:g})", facts

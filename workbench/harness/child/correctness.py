@@ -7,7 +7,9 @@ compared before and after (mutation fails, unless the reference mutates the same
 structure and values judged by `judge.judge_outputs` (the judge the timed output is re-checked by), and the candidate
 run a second time on the same inputs (results that change between runs fail as nondeterministic). Before the first
 seed a copy of the reference runs twice on the same inputs: a reference whose outputs differ (dropout in training
-mode, state kept between calls) cannot judge anything, and the verdict is inconclusive with that reason.
+mode, state kept between calls) cannot judge anything, and the verdict is inconclusive with that reason. So is a
+degenerate problem, which any candidate would pass: every input empty, or a reference output with no value to judge
+(None, empty tensors only).
 """
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ from typing import Any
 
 import torch
 
-from ...core.records import FAIL, INCONCLUSIVE, PASS, RANDOM_REFERENCE
+from ...core.records import DEGENERATE_PROBLEM, FAIL, INCONCLUSIVE, PASS, RANDOM_REFERENCE
 from .. import tolerance as tol_mod
 from .execution import (
     ModelPair,
     clone,
     degenerate_inputs,
+    empty_inputs,
+    judged_values,
     make_inputs,
     nbytes,
     poison,
@@ -32,7 +36,7 @@ from .execution import (
     set_precision,
     tensors,
 )
-from .judge import judge_outputs
+from .judge import judge_outputs, structure
 
 SEED_BASE = 1234
 
@@ -59,9 +63,9 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
             return refusal
         snapshot = clone(inputs)
         if i == 0:
-            random = _reference_varies(models, snapshot, precision, tol_overrides)
-            if random:
-                return {"verdict": INCONCLUSIVE, "reason": random, "data": {"seed": seed}}
+            unusable = _unusable_reference(models, snapshot, precision, tol_overrides)
+            if unusable:
+                return {"verdict": INCONCLUSIVE, "reason": unusable, "data": {"seed": seed}}
         ref_in, cand_in = clone(inputs), clone(inputs)
         if i % 2 == 0:  # alternate the order, so neither model always runs on a fresh allocator
             ref_out, out_sizes = _run_reference(models, ref_in)
@@ -107,6 +111,11 @@ def _unjudgeable(inputs: list[Any], dev: torch.device, max_cpu_elements: int | N
             return {"verdict": INCONCLUSIVE, "data": {"input_elements": n},
                     "reason": f"inputs hold {n:,} elements: too large for the Triton interpreter on the CPU; "
                               "shrink the problem with --set (e.g. batch_size=16) or run on a GPU"}
+    empty = empty_inputs(inputs)
+    if empty:
+        return {"verdict": INCONCLUSIVE, "data": {"input_shapes": empty},
+                "reason": f"{DEGENERATE_PROBLEM}: every input is empty {empty} (a size set to 0?): any candidate "
+                          "would pass, correctness cannot be judged on them"}
     const = degenerate_inputs(inputs)
     if const:
         return {"verdict": INCONCLUSIVE, "data": {"constant_inputs": const},
@@ -114,18 +123,25 @@ def _unjudgeable(inputs: list[Any], dev: torch.device, max_cpu_elements: int | N
     return None
 
 
-def _reference_varies(models: ModelPair, inputs: list[Any], precision: str,
-                      tol_overrides: dict[str, Any] | None) -> str | None:
-    """Why the reference cannot be compared against (None when it can): a copy of it, run twice on the same inputs,
-    gives outputs that differ beyond the bounds (random ops such as dropout with p > 0 in training mode, or state
-    the model keeps between calls). A copy, so the models the seeds judge start in the same state."""
+def _unusable_reference(models: ModelPair, inputs: list[Any], precision: str,
+                        tol_overrides: dict[str, Any] | None) -> str | None:
+    """Why the reference cannot be compared against (None when it can): its output holds no value to judge (None,
+    empty tensors), or a copy of it, run twice on the same inputs, gives outputs that differ beyond the bounds
+    (random ops such as dropout with p > 0 in training mode, or state the model keeps between calls). A copy, so the
+    models the seeds judge start in the same state."""
     probe = copy.deepcopy(models.reference)
     first = run_model(probe, clone(inputs), models.device)
+    if not judged_values(first):
+        shapes = [tuple(t.shape) for t in tensors(first)]
+        what = f"only empty tensors {shapes} (a size set to 0?)" if shapes else f"no value ({type(first).__name__})"
+        return (f"{DEGENERATE_PROBLEM}: the reference returned {what}: any candidate would pass, correctness cannot "
+                "be judged against it")
     second = run_model(probe, clone(inputs), models.device)
     del probe
+    moved, _ = structure(second, first)
+    if moved:
+        return f"the reference is not deterministic: its output changed between two runs ({moved})"
     for k, (a, b) in enumerate(zip(tensors(first), tensors(second))):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return f"the reference is not deterministic: output {k} changed shape or dtype between two runs"
         if torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) or not a.is_floating_point():
             continue
         _, tol = tol_mod.resolve([a.dtype], precision, tol_overrides)
@@ -167,10 +183,11 @@ def _rerun_differs(models: ModelPair, snapshot: list[Any], first: Any, poison_si
     whatever its average. None when the two runs are bitwise equal; "" when they differ within a tenth of the
     bounds (rounding of a non-deterministic reduction order); else why they differ."""
     second = _run_candidate(models, clone(snapshot), poison_sizes)
+    moved, _ = structure(second, first)
+    if moved:
+        return f"nondeterministic: the output changed between two runs ({moved})"
     differs: str | None = None
     for k, (a, b) in enumerate(zip(tensors(first), tensors(second))):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return f"nondeterministic: output {k} changed shape or dtype between runs"
         if not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
             differs = ""
             ok, why, _ = tol_mod.compare(b, a, tol_mod.Tolerance(tol.norm / 10, tol.rtol / 10, tol.atol_rms / 10))

@@ -88,6 +88,19 @@ def degenerate_inputs(inputs: list[Any]) -> list[int]:
     return bad
 
 
+def empty_inputs(inputs: list[Any]) -> list[tuple[int, ...]]:
+    """The shapes of the tensor inputs when every one is empty (a size set to 0), else []: nothing to compute on."""
+    ts = tensors(inputs)
+    return [tuple(t.shape) for t in ts] if ts and all(t.numel() == 0 for t in ts) else []
+
+
+def judged_values(out: Any) -> int:
+    """How many values an output offers to judge: tensor elements and Python numbers. None, strings and empty tensors
+    are the same for every candidate that returns them, so an output of only those judges nothing."""
+    leaves = tree_flatten(out)[0]
+    return sum(x.numel() if isinstance(x, torch.Tensor) else isinstance(x, (int, float, complex)) for x in leaves)
+
+
 def clone(tree: Any) -> Any:
     return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, tree)
 
