@@ -6,6 +6,7 @@ str for a float passed, and a problem whose reference returns None or empty tens
 from __future__ import annotations
 
 import collections
+import itertools
 import types
 
 import pytest
@@ -94,8 +95,12 @@ class _Returns(torch.nn.Module):
         return self.make(x)
 
 
+_problems = itertools.count()
+
+
 def _check(ref, cand, inputs=lambda: [torch.randn(4, 8)], seeds=2):
-    problem = types.SimpleNamespace(effective_precision="strict", inputs=inputs)
+    # each check its own problem key: the worker keeps reference outputs per problem
+    problem = types.SimpleNamespace(effective_precision="strict", inputs=inputs, key=f"fake{next(_problems)}")
     pair = ModelPair(problem, torch.device("cpu"), _Returns(ref), _Returns(cand), [])
     return correctness.check(pair, n_seeds=seeds)
 
