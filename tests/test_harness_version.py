@@ -81,7 +81,7 @@ GOLDEN = {
         "child/interpreter_fixes.py": "104c85e5e08bb0b6",
         "child/isolation.py": "03841ac4d8cba762",
         "child/judge.py": "df694b3a7740b7ce",
-        "child/reference_cache.py": "58eb0912a9531558",
+        "child/reference_cache.py": "472ff6dbe16fd0a1",
         "child/sandbox.py": "1744c99df1ac00d5",
         "child/timing.py": "7828839d1493d3c6",
         "compile.py": "4222ebf92178a5f2",

@@ -118,3 +118,12 @@ def test_the_cache_keeps_to_its_budget_and_to_one_problem(monkeypatch):
     assert len(reference_cache._entries) == 3 and reference_cache._held <= reference_cache.CPU_BUDGET_BYTES
     _check(_problem(), Counting(torch.relu), Counting(torch.relu), seeds=2)
     assert {k[0] for k in reference_cache._entries} == {f"cached{next(_keys) - 1}"}
+
+
+def test_turned_off_every_seed_runs_the_reference(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_REFERENCE_CACHE", "0")
+    problem = _problem()
+    ref = Counting(torch.relu)
+    _check(problem, ref, Counting(torch.relu))
+    _check(problem, ref, Counting(torch.relu))
+    assert ref.calls == 2 * (2 + 5) and not reference_cache._entries

@@ -12,7 +12,8 @@ What keeps this as strong as running the reference each time:
 - the last seed of every evaluation is fresh (drawn from the OS, recorded in the verdict) and judged against a
   reference run on the spot, so a candidate that returns kept outputs, or was written against the fixed seeds,
   still meets inputs nobody computed before.
-The cache is bounded in bytes (oldest entries go first) and dies with the worker.
+The cache is bounded in bytes (oldest entries go first) and dies with the worker. `WORKBENCH_REFERENCE_CACHE=0`
+turns it off (every seed's reference runs, as before; the fresh last seed stays), for measuring what it saves.
 """
 from __future__ import annotations
 
@@ -73,9 +74,13 @@ def intact(entry: Entry) -> bool:
     return checksum(entry.out) == entry.checksum
 
 
+def enabled() -> bool:
+    return os.environ.get("WORKBENCH_REFERENCE_CACHE", "1") != "0"
+
+
 def get(key: tuple) -> Entry | None:
     """The kept entry, verified; an altered one is dropped (None), so the reference runs again."""
-    entry = _entries.get(key)
+    entry = _entries.get(key) if enabled() else None
     if entry is None:
         return None
     if not intact(entry):
@@ -90,7 +95,7 @@ def put(key: tuple, out: Any, sizes: list[int], device: torch.device) -> Entry |
     global _held
     size = sum(nbytes(t) for t in tensors(out))
     budget = budget_bytes(device)
-    if size > budget:
+    if size > budget or not enabled():
         return None
     while _entries and _held + size > budget:
         drop(next(iter(_entries)))
@@ -109,6 +114,8 @@ def drop(key: tuple) -> None:
 
 def probe(key: tuple, compute: Callable[[], str | None]) -> str | None:
     """Why the problem's reference cannot judge (its determinism and degeneracy probe), computed once per problem."""
+    if not enabled():
+        return compute()
     if key not in _probes:
         _probes[key] = compute()
     return _probes[key]
