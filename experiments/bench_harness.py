@@ -9,11 +9,14 @@
    up the ladder to quick timing; compile runs first on CPU workers (off the GPU's critical path), then the GPU stages
    (correctness + quick timing) run back to back. Candidates per GPU-minute = candidates / (GPU-seconds / 60), where
    GPU-seconds is the wall time the GPU worker was held, as the budget counts it.
+3. With --reference-cache-ab: the same throughput run twice more, each on a fresh GPU worker, with the worker's
+   reference cache off (WORKBENCH_REFERENCE_CACHE=0: every seed runs the reference) and on, side by side in one run.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -127,18 +130,32 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "results" / "bench_harness.json"))
     ap.add_argument("--variants", type=int, default=46)
     ap.add_argument("--compile-workers", type=int, default=8)
+    ap.add_argument("--reference-cache-ab", action="store_true",
+                    help="also measure throughput with the worker's reference cache off and on, on fresh workers")
+    ap.add_argument("--skip-full-timing", action="store_true")
     args = ap.parse_args()
     dev = LocalDevice("cuda")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"device": dev.provenance()}
     try:
-        report["full_timing"] = bench_full_timing(dev)
-        out.write_text(json.dumps(report, indent=2, default=str) + "\n")  # keep the first part if the second fails
+        if not args.skip_full_timing:
+            report["full_timing"] = bench_full_timing(dev)
+            out.write_text(json.dumps(report, indent=2, default=str) + "\n")  # keep the first part if the next fails
         report["throughput_quick"] = bench_throughput(dev, args.variants, args.compile_workers)
         out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     finally:
         dev.close()
+    if args.reference_cache_ab:
+        for setting in ("0", "1"):  # the child reads it from the environment it is spawned with
+            os.environ["WORKBENCH_REFERENCE_CACHE"] = setting
+            fresh = LocalDevice("cuda")
+            try:
+                report[f"throughput_quick_reference_cache_{'on' if setting == '1' else 'off'}"] = \
+                    bench_throughput(fresh, args.variants, args.compile_workers)
+            finally:
+                fresh.close()
+            out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(json.dumps(report, indent=2, default=str))
 
 
