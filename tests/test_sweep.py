@@ -168,3 +168,85 @@ def test_devices_and_out_dir(tmp_path):
     for r, v in zip(s.runs, seen):
         assert json.loads((r.dir / "manifest.json").read_text())["cuda_visible_devices"] == v["cuda"]
     assert "best_speedup" not in s.frame().columns  # no search report in this notebook
+
+
+FAILS = '''# %% tags=["parameters"]
+x = 1
+
+# %%
+if x == 2:
+    raise ValueError("x=2 is not allowed")
+'''
+
+
+@pytest.mark.timeout(120)
+def test_sweep_with_failed_runs_exits_nonzero_saying_how_many(tmp_path, capsys):
+    _needs_papermill()
+    from workbench.cli import main
+
+    (tmp_path / "fails.py").write_text(FAILS)
+    cfg = tmp_path / "fails.yaml"
+    cfg.write_text("name: fails\nnotebook: fails.py\ngrid: {x: [1, 2]}\njobs: 2\n")
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "runs")]) == 1
+    out, err = capsys.readouterr()
+    assert "1 ok, 1 failed" in out and "1 of 2 run(s) failed" in err and "Traceback" not in err
+
+
+BEATS = '''# %% tags=["parameters"]
+x = 1
+out_dir = ""
+
+# %%
+import os, time
+from pathlib import Path
+Path(out_dir, "kernel.pid").write_text(str(os.getpid()))
+for i in range(3000):
+    Path(out_dir, "beat").write_text(str(i))
+    time.sleep(0.1)
+'''
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_stops_the_papermill_child_and_its_kernel(tmp_path):
+    """SIGTERM to a sweep reaches papermill and the kernel; the sweep waits for them, records the run as
+    interrupted, starts no other run and exits 128 + 15: nothing keeps writing into the run directory."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _needs_papermill()
+    (tmp_path / "beats.py").write_text(BEATS)
+    cfg = tmp_path / "beats.yaml"
+    cfg.write_text("name: beats\nnotebook: beats.py\ngrid: {x: [1, 2]}\njobs: 1\n")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "sweep", str(cfg), "--out", str(runs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not list(runs.glob("beats/*/beat")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    (beat,) = list(runs.glob("beats/*/beat"))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, (out, err)
+    assert "stopped by SIGTERM" in err and "1 not started" in err and "Traceback" not in err
+    last = beat.read_text()
+    time.sleep(1.0)
+    assert beat.read_text() == last  # the kernel stopped writing
+    pid = int((beat.parent / "kernel.pid").read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    m = json.loads((beat.parent / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["error"] == "interrupted by SIGTERM"
+    assert len(list(runs.glob("beats/*/manifest.json"))) == 1  # the second run never started
+
+
+def test_binary_config_or_notebook_is_named(tmp_path):
+    bad = tmp_path / "bin.yaml"
+    bad.write_bytes(b"\x89PNG\r\n\xff\xfe")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not a UTF-8 text file"):
+        load_sweep(bad)
+    nb = tmp_path / "nb.py"
+    nb.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SweepError, match=r"nb\.py: not a UTF-8 text file"):
+        notebook_parameters(nb)

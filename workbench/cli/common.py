@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from ..llm import CallRecorder, LLMClient, LLMConfig
-from ..problems import Problem
+from ..problems.check import load_checked
 from ..store import Store
 
 
 def load_problem(args):
-    return Problem.load(args.problem, args.overrides, precision=args.precision)
+    """The problem, checked in a separate process first (`problems.check`): a broken file exits 2 naming it."""
+    return load_checked(args.problem, args.overrides, args.precision, getattr(args, "problem_timeout_s", None))
 
 
 def open_store(args):

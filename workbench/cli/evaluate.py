@@ -6,24 +6,47 @@ from pathlib import Path
 
 from ..core.candidate import Candidate
 from ..devices import get_device
-from ..devices.resolve import resolve_name
+from ..devices.resolve import REPLAY, resolve_name
 from ..examples import EXAMPLES
 from ..harness.ladder import Ladder
-from ..problems import Problem
+from ..problems import Problem, ProblemError
 from ..profiling import format_report, profile_candidate
 from ..proposers.offline import OfflineProposer
 from .common import load_problem, open_store
 
+# how a worker's stage record says the problem failed: device stages, and the compile probe's raised ProblemError
+PROBLEM_ERRORS = ("problem error: ", "ProblemError: ")
+
+
+def _device(args):
+    """The device `--device` names, with the `--timeout STAGE=S` values of its workers."""
+    timeouts = dict(getattr(args, "timeouts", None) or [])
+    if timeouts and resolve_name(args.device) == REPLAY:
+        raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
+    return get_device(args.device, **({"timeouts": timeouts} if timeouts else {}))
+
+
+def _problem_error(ev) -> str | None:
+    """The problem's own failure, seen only once a worker ran it (for real, or the compile probe on meta tensors)."""
+    last = ev.stages[-1] if ev.stages and not ev.ok else None
+    for prefix in PROBLEM_ERRORS:
+        if last is not None and last.reason.startswith(prefix):
+            return f"{last.reason[len(prefix):]} (in the {last.name} stage)"
+    return None
+
 
 def cmd_eval(args) -> int:
-    problem = load_problem(args)
+    problem = load_problem(args)  # checked in its own process: a broken problem exits 2 before any candidate work
     candidate = Candidate.from_file(args.candidate)
-    device = get_device(args.device)
+    device = _device(args)
     try:
         ladder = Ladder(device, store=open_store(args), seeds=args.seeds)
         ev = ladder.evaluate(problem, candidate, up_to=args.up_to, force_full=True)
     finally:
         device.close()
+    err = _problem_error(ev)
+    if err:  # the problem's fault, not the candidate's verdict
+        raise ProblemError(err)
     if args.json:
         print(ev.to_json())
         return 0
@@ -66,7 +89,7 @@ def cmd_profile(args) -> int:
 
 def cmd_demo(args) -> int:
     """The ladder over the shipped example candidates on this machine: what each stage says about each."""
-    device = get_device(args.device)
+    device = _device(args)
     print(f"device: {device.name}" + ("" if device.kind == "cuda" else
                                       " (no GPU: static, compile and interpreter correctness at small shapes; "
                                       "timing is refused, never faked)"))

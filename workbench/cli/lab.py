@@ -1,12 +1,25 @@
 """`workbench sweep` and `workbench report`: papermill sweeps and their HTML report."""
 from __future__ import annotations
 
+import sys
+
 from ..lab.report_html import write_sweep_report
-from ..lab.sweep import run_sweep
+from ..lab.sweep import SweepInterrupted, run_sweep
 
 
 def cmd_sweep(args) -> int:
-    print(run_sweep(args.config, jobs=args.jobs, out_root=args.out, only=args.only or None))
+    """0 when every run finished ok (or was already), 1 when any failed, 128 + N when signal N stopped it."""
+    try:
+        summary = run_sweep(args.config, jobs=args.jobs, out_root=args.out, only=args.only or None)
+    except SweepInterrupted as e:
+        print(e.summary)
+        print(f"workbench: error: {e}", file=sys.stderr)
+        return 128 + e.signum
+    print(summary)
+    if summary.failed:
+        print(f"workbench: error: {len(summary.failed)} of {len(summary.runs)} run(s) failed; their manifest.json "
+              "and papermill.log say why", file=sys.stderr)
+        return 1
     return 0
 
 

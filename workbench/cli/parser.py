@@ -4,6 +4,7 @@ being run is imported (`workbench.cli.main`)."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..core.records import STAGES
 from ..devices.resolve import AUTO, LOCAL
@@ -14,12 +15,72 @@ NO_CONFIDENT_TAU = 1.01
 STORE_HELP = "SQLite store path (default: $WORKBENCH_STORE or ~/.workbench/store.sqlite)"
 
 
+# ---- argument types: a bad value is refused by argparse, which names the option (exit 2)
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (nan, inf and negatives are refused)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got '{text}'")
+    return v
+
+
+def finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got '{text}'")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    v = seconds(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return v
+
+
+WORKER_STAGES = [s for s in STAGES if s != "static"]  # the stages that run in a worker with a timeout
+
+
+def stage_timeout(text: str) -> tuple[str, float]:
+    stage, sep, value = text.partition("=")
+    if not sep or stage not in WORKER_STAGES:
+        raise argparse.ArgumentTypeError(f"expected STAGE=SECONDS with STAGE one of {', '.join(WORKER_STAGES)}, "
+                                         f"got '{text}'")
+    return stage, positive_seconds(value)
+
+
 def _problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("problem", help="a KernelBench-format .py file or a built-in problem name")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a module-level size constant (a Python literal); repeatable")
+                   help="override a module-level size constant with a literal or constant arithmetic (64, 2**20, "
+                        "[64,64], torch.float16; never a call or a name); repeatable")
     p.add_argument("--precision", choices=["strict", "tf32"], default=None,
                    help="fp32 accuracy rule (default: the file's WORKBENCH_PRECISION, else strict)")
+    p.add_argument("--problem-timeout-s", type=positive_seconds, default=None, metavar="S",
+                   help="limit for loading and checking the problem file in its own process (default 60)")
+
+
+def _timeout_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", dest="timeouts", action="append", type=stage_timeout, default=[],
+                   metavar="STAGE=S", help="a worker stage's timeout in seconds, e.g. compile=600 (the compile stage "
+                                           "traces on meta tensors and compiles); repeatable; default: the device's")
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
@@ -43,8 +104,9 @@ def _register_eval(sub) -> None:
     ev.add_argument("--device", default=LOCAL, help="local (the GPU if present, else the CPU), cuda, cuda:N, cpu, "
                                                     "replay or ray")
     ev.add_argument("--up-to", default="full_timing", choices=STAGES)
-    ev.add_argument("--seeds", type=int, default=5, help="correctness seeds (default 5)")
+    ev.add_argument("--seeds", type=positive_int, default=5, help="correctness seeds (default 5)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    _timeout_args(ev)
     _store_args(ev)
     ev.set_defaults(func="evaluate:cmd_eval")
 
@@ -52,7 +114,7 @@ def _register_eval(sub) -> None:
 def _register_propose(sub) -> None:
     prop = sub.add_parser("propose", help="write candidates from the offline proposer")
     _problem_args(prop)
-    prop.add_argument("--n", type=int, default=8, help="how many candidates (the default configuration first)")
+    prop.add_argument("--n", type=positive_int, default=8, help="how many candidates (the default configuration first)")
     prop.add_argument("--seed", type=int, default=0)
     prop.add_argument("--out", required=True, help="directory for the candidate files")
     prop.set_defaults(func="evaluate:cmd_propose")
@@ -73,21 +135,26 @@ def _register_search(sub) -> None:
     srch.add_argument("--surrogate", default="none", choices=["none", "roofline", "learned", "llm"],
                       help="screen over-generated proposals with a surrogate and a selective policy (llm: Claude "
                            "forecasts each, needs ANTHROPIC_API_KEY)")
-    srch.add_argument("--repeats", type=int, default=1, help="LLM surrogate: forecasts per candidate, averaged")
+    srch.add_argument("--repeats", type=positive_int, default=1,
+                      help="LLM surrogate: forecasts per candidate, averaged")
     srch.add_argument("--llm-model", default=None, help="Claude model for --proposer/--surrogate llm "
                                                         "(default: LLMConfig's)")
     srch.add_argument("--surrogate-model", default=None, help="a trained learned surrogate (workbench surrogate "
                                                                "train --out); default: train on the dataset")
-    srch.add_argument("--tau", type=float, default=None, help="confidence threshold (default: from the learned "
+    srch.add_argument("--tau", type=finite, default=None, help="confidence threshold (default: from the learned "
                                                               "surrogate's held-out risk-coverage curve at --max-risk)")
-    srch.add_argument("--max-risk", type=float, default=0.3, help="bin-error rate the confident forecasts may have")
+    srch.add_argument("--max-risk", type=finite, default=0.3, help="bin-error rate the confident forecasts may have")
     srch.add_argument("--surrogate-learns", action="store_true",
                       help="feed each measured speedup back to the learned surrogate (what it does to screening: "
                            "results/search/report.md)")
-    srch.add_argument("--budget-gpu-s", type=float, default=60.0)
-    srch.add_argument("--budget-wall-s", type=float, default=None)
-    srch.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: the budget)")
-    srch.add_argument("--per-step", type=int, default=4, help="candidates evaluated per step")
+    srch.add_argument("--budget-gpu-s", type=seconds, default=60.0,
+                      help="GPU-seconds the search may spend (default 60); 0 allows none: the search stops before "
+                           "its first GPU stage (0 is not 'no limit')")
+    srch.add_argument("--budget-wall-s", type=seconds, default=None,
+                      help="wall-clock seconds the search may run (default: no limit); 0 allows none")
+    srch.add_argument("--steps", type=positive_int, default=None,
+                      help="stop after this many steps (default: the budget)")
+    srch.add_argument("--per-step", type=positive_int, default=4, help="candidates evaluated per step")
     srch.add_argument("--seed", type=int, default=0)
     srch.add_argument("--search-id", default=None, help="name the search to save its events and resume it")
     _store_args(srch)
@@ -101,8 +168,8 @@ def _register_profile(sub) -> None:
     prof.add_argument("candidate", help="a .py file defining ModelNew")
     prof.add_argument("--device", default=LOCAL, help="local (counters when a GPU and ncu are present), cuda:N or "
                                                       "cpu")
-    prof.add_argument("--ms", type=float, default=None, help="a measured time for the roofline verdict (else the "
-                                                              "floor's verdict, unmeasured)")
+    prof.add_argument("--ms", type=finite, default=None,
+                      help="a measured time in ms for the roofline verdict (else the floor's verdict, unmeasured)")
     prof.add_argument("--no-counters", action="store_true", help="skip Nsight Compute even on a GPU")
     prof.add_argument("--asm-dir", default=None, help="write each kernel's PTX and SASS to this directory")
     prof.add_argument("--json", action="store_true", help="print one JSON object")
@@ -112,7 +179,7 @@ def _register_profile(sub) -> None:
 def _register_sweep(sub) -> None:
     sw = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (one process per run)")
     sw.add_argument("config", help="experiments/<name>.yaml: notebook, base parameters, grid")
-    sw.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the config's jobs)")
+    sw.add_argument("--jobs", type=positive_int, default=None, help="runs at a time (default: the config's jobs)")
     sw.add_argument("--out", default="results/runs", help="root of the run directories")
     sw.add_argument("--only", action="append", default=[], help="run ids or glob patterns to run (repeatable)")
     sw.set_defaults(func="lab:cmd_sweep")
@@ -185,6 +252,7 @@ def _register_llm(sub) -> None:
 def _register_demo(sub) -> None:
     demo = sub.add_parser("demo", help="the ladder over the shipped example candidates")
     demo.add_argument("--device", default=LOCAL, help="local (the GPU if present, else the CPU), cuda, cuda:N or cpu")
+    _timeout_args(demo)
     _store_args(demo)
     demo.set_defaults(func="evaluate:cmd_demo")
 
@@ -196,11 +264,12 @@ def _register_kernelbench(sub) -> None:
     kb.add_argument("--levels", default=None, help="comma-separated levels to run, e.g. 1,2 (default: all)")
     kb.add_argument("--only", default=None, help="comma-separated file names or glob patterns (e.g. '19_ReLU,*Conv*')")
     kb.add_argument("--sample", default=None, help="a sample file (results/kernelbench/sample.json) naming the files")
-    kb.add_argument("--budget-gpu-s", type=float, default=30.0, help="GPU-seconds of search per problem")
+    kb.add_argument("--budget-gpu-s", type=seconds, default=30.0,
+                    help="GPU-seconds of search per problem (default 30; 0 allows none)")
     kb.add_argument("--device", default=AUTO, help="cuda, cuda:N, ray, replay or cpu (no timing: correctness at "
                                                    "small sizes); auto: the GPU if visible, else replay")
     kb.add_argument("--strategy", default="greedy", choices=["greedy", "beam", "evolutionary", "mcts"])
-    kb.add_argument("--jobs", type=int, default=1, help="CPU device: files checked at once (one process each)")
+    kb.add_argument("--jobs", type=positive_int, default=1, help="CPU device: files checked at once (one process each)")
     kb.add_argument("--skip-compile", action="store_true",
                     help="CPU device: skip the sm_90 compile stage (correctness on the interpreter only)")
     kb.add_argument("--out", default=None, help="the run's directory (default: results/kernelbench/<run>); a rerun "

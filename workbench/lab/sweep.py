@@ -21,7 +21,11 @@ sweep config is written to `<out_root>/<sweep name>/sweep.yaml`; `workbench repo
 With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
 parameter decides. Runs whose device is Ray share one cluster (`_sweep_ray_cluster`).
 
-`SweepSummary` is what one call did (ok, failed, skipped); its `frame()` reads the run directories through
+SIGTERM and SIGINT are forwarded to the running papermill processes and their kernels, which are waited for (killed
+after STOP_GRACE_S), so nothing keeps writing into a run directory; their runs are recorded as failed
+("interrupted"), the runs not yet started are not started, and `run_sweep` raises `SweepInterrupted`.
+
+`SweepSummary` is what one call did (ok, failed, skipped, not started); its `frame()` reads the run directories through
 `workbench.lab.runs` (the report.json a notebook saved with `save_run`), like `workbench report` does.
 """
 from __future__ import annotations
@@ -35,8 +39,10 @@ import platform
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +73,17 @@ class SweepError(ValueError):
     """A sweep that cannot start (unknown parameters, missing notebook, nothing selected)."""
 
 
+class SweepInterrupted(Exception):
+    """SIGTERM or SIGINT stopped the sweep: its running children were stopped and waited for, the runs they were
+    doing are recorded as failed ("interrupted"), the runs not yet started were not started."""
+
+    def __init__(self, signum: int, summary: "SweepSummary"):
+        self.signum, self.summary = signum, summary
+        name = signal.Signals(signum).name
+        super().__init__(f"sweep {summary.name} stopped by {name}: {len(summary.failed)} run(s) failed or "
+                         f"interrupted, {len(summary.not_started)} not started; running it again resumes")
+
+
 # ---------------------------------------------------------------------------------------------- the notebook
 
 
@@ -87,15 +104,22 @@ def resolve_notebook(cfg: SweepConfig) -> Path:
     raise SweepError(f"{cfg.source or cfg.name}: notebook: {cfg.notebook} not found")
 
 
+def _read(nb: Path) -> str:
+    try:
+        return nb.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{nb}: not a UTF-8 text file (byte {e.start}: {e.reason})") from None
+
+
 def _parameters_source(nb: Path) -> str:
     if nb.suffix == ".ipynb":
-        cells = json.loads(nb.read_text())["cells"]
+        cells = json.loads(_read(nb))["cells"]
         for c in cells:
             if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", []):
                 src = c["source"]
                 return "".join(src) if isinstance(src, list) else src
         raise SweepError(f"{nb}: no cell tagged 'parameters'")
-    lines = nb.read_text().splitlines()
+    lines = _read(nb).splitlines()
     for i, line in enumerate(lines):
         if _PARAM_CELL.match(line):
             body = []
@@ -280,11 +304,106 @@ def _notebook_error(path: Path) -> tuple[str, list[str]] | None:
 
 KERNEL_START_TRIES = 3
 KERNEL_START_FAILURE = "Kernel died before replying to kernel_info"
+STOP_GRACE_S = 20.0  # after a forwarded signal, how long a child may take before it is killed
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (papermill's kernel runs in its own session: a process-group signal misses it)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _send(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Children:
+    """The sweep's papermill processes. `stop(signum)` forwards the signal to each and to its descendants (the
+    kernel); `wait` returns once the child and those descendants are gone, killing them after STOP_GRACE_S. Once
+    stopped, no new child starts."""
+
+    def __init__(self):
+        self.lock = threading.RLock()  # the signal handler takes it in the main thread
+        self.procs: dict[subprocess.Popen, list[int]] = {}
+        self.stopped: int | None = None
+        self.stopped_at = 0.0
+
+    def start(self, args: list[str], **kw) -> subprocess.Popen | None:
+        with self.lock:
+            if self.stopped is not None:
+                return None
+            proc = subprocess.Popen(args, **kw)
+            self.procs[proc] = []
+            return proc
+
+    def stop(self, signum: int, frame=None) -> None:
+        with self.lock:
+            again = self.stopped is not None
+            self.stopped, self.stopped_at = (self.stopped or signum), time.monotonic()
+            for proc in self.procs:
+                self.procs[proc] = sorted(set(self.procs[proc]) | set(_descendants(proc.pid)))
+                _send([proc.pid, *self.procs[proc]], signal.SIGKILL if again else signum)  # a second signal: now
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if self.stopped is not None and time.monotonic() - self.stopped_at > STOP_GRACE_S:
+                    _send([proc.pid, *_descendants(proc.pid)], signal.SIGKILL)
+        with self.lock:
+            rest = self.procs.pop(proc, [])
+        while self.stopped is not None and any(_alive(p) for p in rest):  # the kernel outlives papermill briefly
+            if time.monotonic() - self.stopped_at > STOP_GRACE_S:
+                _send(rest, signal.SIGKILL)
+            time.sleep(0.2)
+        return rc
+
+
+@contextmanager
+def _forward_signals(children: _Children):
+    """SIGTERM and SIGINT stop the children instead of leaving them running (main thread only: where Python can
+    handle signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, children.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, env_info: dict, cwd: Path,
              pass_out_dir: bool, devices: "queue.Queue[str] | None",
-             ray_env: dict[str, str] | None = None) -> "RunResult":
+             ray_env: dict[str, str] | None = None, children: _Children | None = None) -> "RunResult":
+    children = children or _Children()
+    if children.stopped is not None:
+        return RunResult(spec.run_id, run_dir, "not started", spec.params)
     run_dir.mkdir(parents=True, exist_ok=True)
     device = devices.get() if devices is not None else None
     t0 = time.monotonic()
@@ -311,14 +430,22 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         env.update(ray_env or {})
+        rc = None
         for attempt in range(KERNEL_START_TRIES):
             with open(run_dir / "papermill.log", "w") as log:
-                rc = subprocess.run(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+                proc = children.start(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+                if proc is None:
+                    break
+                rc = children.wait(proc)
             # a kernel that died before answering ran no cell: the machine's fault, not the notebook's; try again
-            if rc == 0 or KERNEL_START_FAILURE not in (run_dir / "papermill.log").read_text(errors="replace"):
+            if rc == 0 or children.stopped is not None \
+                    or KERNEL_START_FAILURE not in (run_dir / "papermill.log").read_text(errors="replace"):
                 break
         if rc == 0:
             manifest["status"] = "ok"
+        elif children.stopped is not None:
+            manifest["status"] = "failed"
+            manifest["error"] = f"interrupted by {signal.Signals(children.stopped).name}"
         else:
             manifest["status"] = "failed"
             err = _notebook_error(out_nb)
@@ -348,7 +475,7 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
 class RunResult:
     run_id: str
     dir: Path
-    status: str  # "ok" | "failed" | "skipped" (an earlier run of this sweep finished ok)
+    status: str  # "ok" | "failed" | "skipped" (an earlier run finished ok) | "not started" (the sweep was stopped)
     params: dict[str, Any]
     error: str | None = None
     seconds: float | None = None
@@ -375,6 +502,10 @@ class SweepSummary:
     def skipped(self) -> list[RunResult]:
         return self._with("skipped")
 
+    @property
+    def not_started(self) -> list[RunResult]:
+        return self._with("not started")
+
     def dirs(self, status: str | None = None) -> list[Path]:
         return [r.dir for r in self.runs if status is None or r.status == status]
 
@@ -396,8 +527,9 @@ class SweepSummary:
         return pd.DataFrame(rows)
 
     def text(self) -> str:
-        lines = [f"sweep {self.name}: {len(self.ok)} ok, {len(self.failed)} failed, {len(self.skipped)} skipped "
-                 f"({self.root})"]
+        stopped = f", {len(self.not_started)} not started" if self.not_started else ""
+        lines = [f"sweep {self.name}: {len(self.ok)} ok, {len(self.failed)} failed, {len(self.skipped)} skipped"
+                 f"{stopped} ({self.root})"]
         for r in self.runs:
             extra = f"  {r.error}" if r.error else ""
             secs = f" {r.seconds:.1f}s" if r.seconds is not None else ""
@@ -478,7 +610,8 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
               only: str | Iterable[str] | None = None) -> SweepSummary:
     """Run the sweep's notebook once per grid point (`jobs` at once, default the config's), skipping runs already
     "ok". `only`: run ids or glob patterns (`"seed=0_*"`) selecting some runs. Raises `ConfigError`/`SweepError`
-    before starting anything when the file, a parameter name or the selection is wrong."""
+    before starting anything when the file, a parameter name or the selection is wrong, and `SweepInterrupted`
+    (with the summary) after a SIGTERM or SIGINT, once the children it forwarded the signal to have ended."""
     cfg = path_or_cfg if isinstance(path_or_cfg, SweepConfig) else load_sweep(path_or_cfg)
     nb = resolve_notebook(cfg)
     known = check_parameters(cfg, nb)
@@ -523,15 +656,19 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
             for rid, t in ray_targets.items():
                 if t == "" and address:
                     ray_envs[rid]["WORKBENCH_RAY_ADDRESS"] = address
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
+            children = _Children()
+            with _forward_signals(children), ThreadPoolExecutor(max_workers=jobs) as pool:
                 futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
-                                    pass_out_dir, devices, ray_envs.get(s.run_id)) for s in todo]
+                                    pass_out_dir, devices, ray_envs.get(s.run_id), children) for s in todo]
                 for f in futs:
                     r = f.result()
                     results[r.run_id] = r
+        summary.runs = [results[s.run_id] for s in specs]
+        if children.stopped is not None:
+            raise SweepInterrupted(children.stopped, summary)
     summary.runs = [results[s.run_id] for s in specs]
     return summary
 
 
-__all__ = ["ConfigError", "RunResult", "SweepError", "SweepSummary", "check_parameters", "ensure_kernelspec",
-           "notebook_defaults", "notebook_parameters", "run_sweep", "value_fits"]
+__all__ = ["ConfigError", "RunResult", "SweepError", "SweepInterrupted", "SweepSummary", "check_parameters",
+           "ensure_kernelspec", "notebook_defaults", "notebook_parameters", "run_sweep", "value_fits"]

@@ -104,9 +104,12 @@ def from_dict(data: Any, source: str = "<dict>") -> SweepConfig:
 def load_sweep(path: str | Path) -> SweepConfig:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}: {e.reason}); a sweep config is YAML") \
+            from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -1,10 +1,10 @@
 """Load KernelBench-format problem files, unchanged, with size overrides.
 
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`, usually with module-level size
-constants (`batch_size = 16`). `--set NAME=VALUE` overrides such a constant by rewriting its assignment in the module's
-syntax tree and executing the rewritten source, so everything computed from it later at module level (a shape tuple
-built from a channel count) follows the override. In a chained assignment (`height = width = 128`) only the named
-target changes; set both to change both.
+constants (`batch_size = 16`). `--set NAME=VALUE` (VALUE a literal or constant arithmetic: `problems.literal`)
+overrides such a constant by rewriting its assignment in the module's syntax tree and executing the rewritten source,
+so everything computed from it later at module level (a shape tuple built from a channel count) follows the override.
+In a chained assignment (`height = width = 128`) only the named target changes; set both to change both.
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import sys
 import types
 from pathlib import Path
 from typing import Any, Mapping
+
+from .literal import LiteralError, literal_source
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -47,7 +49,8 @@ def builtin_names() -> list[str]:
 
 
 def parse_override(text: str) -> tuple[str, str]:
-    """'NAME=VALUE' -> (NAME, VALUE source). VALUE is a Python literal or expression (`[64,64]`, `torch.float16`)."""
+    """'NAME=VALUE' -> (NAME, VALUE's canonical source). VALUE is a literal or constant arithmetic (`[64,64]`,
+    `2**20`, `torch.float16`; `workbench.problems.literal`): never a call or a name, so `--set` runs no code."""
     if "=" not in text:
         raise ProblemError(f"--set expects NAME=VALUE, got '{text}'")
     name, value = text.split("=", 1)
@@ -55,10 +58,9 @@ def parse_override(text: str) -> tuple[str, str]:
     if not name.isidentifier():
         raise ProblemError(f"--set: '{name}' is not a valid constant name")
     try:
-        ast.parse(value, mode="eval")
-    except SyntaxError as e:
-        raise ProblemError(f"--set {name}: '{value}' is not a Python literal or expression ({e.msg})") from None
-    return name, value
+        return name, literal_source(value)
+    except LiteralError as e:
+        raise ProblemError(f"--set {name}: '{value}' is refused: {e}") from None
 
 
 def module_constants(tree: ast.Module) -> dict[str, int]:
@@ -85,6 +87,10 @@ def apply_overrides(source: str, overrides: Mapping[str, str], filename: str = "
         raise ProblemError(f"{filename}: syntax error at line {e.lineno}: {e.msg}") from None
     if not overrides:
         return source
+    try:  # every caller's values are literals: no override executes code
+        overrides = {n: literal_source(v) for n, v in overrides.items()}
+    except LiteralError as e:
+        raise ProblemError(f"{filename}: an override is refused: {e}") from None
     consts = module_constants(tree)
     unknown = [n for n in overrides if n not in consts]
     if unknown:
@@ -156,6 +162,9 @@ def exec_module(source: str, filename: str, module_name: str | None = None) -> t
     except SyntaxError as e:
         sys.modules.pop(name, None)
         raise ProblemError(f"{filename}: syntax error at line {e.lineno}: {e.msg}") from None
+    except SystemExit as e:  # a problem file must not end the caller (the CLI, a notebook's kernel)
+        sys.modules.pop(name, None)
+        raise ProblemError(f"{filename}: the file called sys.exit({e.code!r}) while loading") from None
     except Exception as e:
         sys.modules.pop(name, None)
         raise ProblemError(f"{filename}: executing the file raised {type(e).__name__}: {e}") from e
@@ -176,12 +185,19 @@ def check_module(mod: types.ModuleType, filename: str) -> None:
             raise ProblemError(f"{filename}: {fn} must be a function")
 
 
-def load_module(path: Path, overrides: Mapping[str, str] | None = None) -> tuple[types.ModuleType, str]:
-    """Load a problem file with overrides; return (module, effective source)."""
+def read_source(path: Path) -> str:
     try:
-        source = path.read_text()
+        return path.read_text(encoding="utf-8")
     except OSError as e:
         raise ProblemError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ProblemError(f"{path}: not a UTF-8 text file (byte {e.start}: {e.reason}); a problem is a Python "
+                           "source file") from None
+
+
+def load_module(path: Path, overrides: Mapping[str, str] | None = None) -> tuple[types.ModuleType, str]:
+    """Load a problem file with overrides; return (module, effective source)."""
+    source = read_source(path)
     effective = apply_overrides(source, dict(overrides or {}), str(path))
     mod = exec_module(effective, str(path))
     check_module(mod, str(path))
@@ -191,6 +207,8 @@ def load_module(path: Path, overrides: Mapping[str, str] | None = None) -> tuple
 def call_factory(mod: types.ModuleType, fn: str, filename: str) -> list[Any]:
     try:
         out = getattr(mod, fn)()
+    except SystemExit as e:
+        raise ProblemError(f"{filename}: {fn}() called sys.exit({e.code!r})") from None
     except Exception as e:
         raise ProblemError(f"{filename}: {fn}() raised {type(e).__name__}: {e}") from e
     if not isinstance(out, (list, tuple)):

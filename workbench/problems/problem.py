@@ -47,8 +47,7 @@ class Problem:
                 pairs[k] = v
         elif overrides:
             for k, v in overrides.items():
-                pairs[k] = v if isinstance(v, str) else repr(v)
-                parse_override(f"{k}={pairs[k]}")
+                k, pairs[k] = parse_override(f"{k}={v if isinstance(v, str) else repr(v)}")
         prob = cls(str(path), tuple(sorted(pairs.items())), precision)
         prob.module, prob.effective_precision  # parse and check now, so a malformed file fails here with its reason
         return prob
@@ -101,7 +100,7 @@ class Problem:
         init = self.init_inputs() if init_inputs is None else init_inputs
         try:
             return self.module.Model(*init)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise ProblemError(f"{self.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
 
     def constants(self) -> dict[str, Any]:
