@@ -6,6 +6,7 @@
 #   GPU_TESTS=1  run the lock-respecting GPU tests beside the benchmark (GPU_TESTS_S, default 420 s)
 #   KB_S         seconds left to the benchmark (default 420); KB_BUDGET  GPU-s of search per file (default 8)
 #   KB_LEVELS    levels to run now (default all of the sample)
+#   BENCH_AB=1   also measure throughput with the reference cache off and on (experiments/bench_harness.py)
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT" /tmp/kbrun
@@ -15,17 +16,27 @@ if [ -f .kbstate/state.tar.gz ]; then tar xzf .kbstate/state.tar.gz -C /tmp; fi
 # benchmark's do), so they may run beside the benchmark without disturbing its timings (GPU_TESTS=1: in parallel).
 # If ncu fails under the driver's isolation, the two narrower modes are tried to find what ncu needs.
 gpu_tests() {
-  WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu tests/test_gpu.py \
-    tests/test_gpu_profiling.py tests/test_isolation.py tests/test_kernelbench.py -q -rA -s -p no:cacheprovider \
-    > "$OUT/gpu_tests.log" 2>&1
+  WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu tests/test_isolation.py \
+    tests/test_gpu.py tests/test_kernelbench.py tests/test_gpu_profiling.py -v -rA -s -p no:cacheprovider \
+    --timeout 240 > "$OUT/gpu_tests.log" 2>&1
+  cp /tmp/wbhome/isolation.json "$OUT/" 2>/dev/null
   if grep -q "FAILED tests/test_gpu_profiling.py::test_ncu" "$OUT/gpu_tests.log"; then
-    for mode in files off; do
+    for mode in files network none; do
       WORKBENCH_NCU_ISOLATION=$mode timeout 120 python3 -m pytest -m gpu tests/test_gpu_profiling.py -k ncu_counters \
         -q -rA -p no:cacheprovider > "$OUT/ncu_isolation_$mode.log" 2>&1
     done
   fi
 }
+# the machine's isolation level, probed once here (the jobs below then read it from the home)
+timeout 300 python3 -c "from workbench.devices.worker import isolation_level; print(isolation_level({'CUDA_VISIBLE_DEVICES': '0'}))" \
+  > "$OUT/isolation_probe.txt" 2>&1
+cat "$OUT/isolation_probe.txt"
 if [ "${GPU_TESTS:-0}" = 1 ]; then gpu_tests & fi
+# BENCH_AB=1: quick-fidelity throughput with the workers' reference cache off and on (lock-respecting too)
+if [ "${BENCH_AB:-0}" = 1 ]; then
+  timeout 300 python3 experiments/bench_harness.py --skip-full-timing --reference-cache-ab --compile-workers 4 \
+    --out "$OUT/bench_harness.json" > "$OUT/bench_harness.log" 2>&1 &
+fi
 levels=()
 [ -n "${KB_LEVELS:-}" ] && levels=(--levels "$KB_LEVELS")
 timeout -s INT "${KB_S:-420}" python3 -m workbench.cli kernelbench .kb --sample results/kernelbench/sample.json \

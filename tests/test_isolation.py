@@ -132,6 +132,7 @@ def test_the_gpu_worker_is_isolated_and_cuda_and_nvml_still_work(tmp_path):
     dev = LocalDevice("cuda")
     try:
         info = dev.info
+        print("GPU worker isolation:", info["isolation"])
         assert info["isolation"]["active"], info["isolation"]
         assert info["cuda"] and info["driver"], info  # the driver version comes from NVML inside the worker
         problem = Problem.load("scale_shift_relu", overrides={"batch_size": 4, "dim": 64})
@@ -143,3 +144,47 @@ def test_the_gpu_worker_is_isolated_and_cuda_and_nvml_still_work(tmp_path):
     finally:
         dev.close()
     assert not target.exists()
+
+
+def test_a_gpu_worker_gets_the_strongest_level_its_probe_passes(monkeypatch, tmp_path):
+    """The probe runs each level strongest first; the first that works is kept for the machine, with the reasons
+    the stronger ones failed (here "full" is made to fail as a driver needing a capability would)."""
+    import types
+
+    from workbench.devices import worker as wk
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    monkeypatch.delenv("WORKBENCH_ISOLATION_LEVEL", raising=False)
+    monkeypatch.setattr(wk, "uses_gpu", lambda env: True)
+    tried = []
+
+    def fake_run(cmd, **kw):
+        tried.append(cmd[4])
+        ok = cmd[4] != "full"
+        return types.SimpleNamespace(returncode=0 if ok else 1, stdout="ok\n" if ok else "",
+                                     stderr="" if ok else "RuntimeError: CUDA error: operation not permitted")
+
+    monkeypatch.setattr(wk.subprocess, "run", fake_run)
+    level, refused = wk.isolation_level({"CUDA_VISIBLE_DEVICES": "0"})
+    assert (level, tried) == ("files", ["full", "files"])
+    assert "operation not permitted" in refused["full"]
+    assert wk.isolation_level({"CUDA_VISIBLE_DEVICES": "0"}) == (level, refused) and tried == ["full", "files"]
+
+
+def test_the_network_level_keeps_files_writable_but_not_the_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_ISOLATION_LEVEL", "network")
+    w = Worker({"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}, name="iso-net")
+    try:
+        w.start()
+        if not w.info["isolation"]["active"]:
+            pytest.skip(f"the OS refuses worker isolation here: {w.info['isolation']['reason']}")
+        assert w.info["isolation"]["level"] == "network"
+        target = tmp_path / "allowed.txt"
+        assert w.call("isolation_probe:write_file", 60, path=str(target))["outcome"] == "done" and target.exists()
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            r = w.call("isolation_probe:connect", 60, port=server.getsockname()[1])
+        assert "unreachable" in r["outcome"] or "refused" in r["outcome"], r
+    finally:
+        w.stop()

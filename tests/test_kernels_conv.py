@@ -83,12 +83,16 @@ def test_space_deterministic_and_default_valid(spec):
 def test_every_valid_configuration_renders_and_checks_deterministically():
     spec = make_spec(2, 40, 24, 3, stride=2, pad=1, groups=2, epilogue=ALL_KINDS)
     valid = valid_space(conv, spec)
-    assert len(valid) > 50 and {c["ALGO"] for c in valid} == {"gemm", "gemm_tap"}
+    assert len(valid) > 50 and {c["ALGO"] for c in valid} == {"gemm", "gemm_tap", "library"}
     for cfg in valid:
         assert conv.check(spec, cfg) is None and conv.check(spec, dict(cfg)) is None
         r = conv.render(spec, cfg, "cv")
         compile(HEADER + r.kernel_src + "\n\n" + r.launcher_src, "<conv>", "exec")
-        assert 'input_precision="tf32x3"' in r.kernel_src
+        if cfg["ALGO"] == "library":  # the conv is torch's (the harness's precision), the epilogue a pointwise kernel
+            assert "torch.nn.functional.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 2)" in r.launcher_src
+            assert "tl.dot" not in r.kernel_src
+        else:
+            assert 'input_precision="tf32x3"' in r.kernel_src
     dw = make_spec(2, 8, 8, 3, pad=1, groups=8)
     assert any(c["ALGO"] == "direct" for c in valid_space(conv, dw)) and conv.default(dw)["ALGO"] == "direct"
 
@@ -256,6 +260,27 @@ def test_conv_models_get_correct_conv_candidates(cpu, tmp_path, name):
         _ladder_ok(cpu, problem, cand)
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_algorithm_moves_switch_the_conv_and_the_library_candidate_is_correct(cpu, tmp_path, name):
+    """The "algo:" moves come first from the root; the library one keeps cuDNN's (here torch's) conv and generates
+    the epilogue kernel only (none when there is no epilogue: then it is plain torch, and says so by having none)."""
+    import random as _random
+
+    from workbench.proposers.offline import OfflineProposer
+
+    problem = _problem(tmp_path, name)
+    prop = OfflineProposer(problem)
+    root = prop.default_choice()
+    moves = prop.plain_moves(root, _random.Random(0), k=8)
+    algos = [label for label, _ in moves if label.startswith("algo:")]
+    assert algos and algos[0] == "algo:library", [m[0] for m in moves]
+    library = dict(moves)["algo:library"]
+    cand = prop.render(library)
+    assert "torch.nn.functional.conv2d(x, w, None" in cand.source
+    assert cand.source.count("@triton.jit") == (2 if name == "conv_bias_relu" else 0)
+    _ladder_ok(cpu, problem, cand)
+
+
 def test_compiles_for_sm90(tmp_path):
     """One configuration per algorithm of a proposer candidate compiles for sm_90 (no GPU) in the compile stage."""
     from workbench.core.records import PASS
@@ -268,7 +293,7 @@ def test_compiles_for_sm90(tmp_path):
     g = prop.groups({"convolution": True})[0]
     rng = random.Random(0)
     picks = [conv.default(g.spec)] + [rng.choice([c for c in prop.group_space(g) if c["ALGO"] == a])
-                                      for a in ("gemm", "gemm_tap", "direct")]
+                                      for a in ("gemm", "gemm_tap", "direct", "library")]
     dev = LocalDevice("cpu")
     try:
         for cfg in picks:

@@ -143,13 +143,13 @@ class LocalDevice:
             timeout = sum(self.timeouts.get(s, 300.0) for s in stages)
             lock = gpu_lock(int(self._physical) if self._physical.isdigit() else 0) if self.kind == "cuda" \
                 else contextlib.nullcontext()
-            t0 = time.perf_counter()
             with lock:
+                t0 = time.perf_counter()  # after the lock: waiting for another process's evaluation is not ours
                 result = self.worker.call("workbench.harness.child.device_stages:run", timeout,
                                           problem=problem_spec(problem), cand_path=str(cand_path),
                                           device="cuda:0" if self.kind == "cuda" else "cpu",
                                           stages=stages, options=options or {})
-            wall = time.perf_counter() - t0
+                wall = time.perf_counter() - t0
             records = _records(result, stages, wall, on_gpu=self.kind == "cuda")
         if refused and (not records or records[-1].ok):
             records.append(StageRecord(refused[0], REFUSED, CPU_TIMING_REFUSAL))

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import getpass
 import importlib
+import json
 import multiprocessing as mp
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -71,13 +73,86 @@ def _redirect_output(private_dir: str) -> None:
     os.close(fd)
 
 
+def uses_gpu(env: dict[str, str]) -> bool:
+    """A worker with this environment will use an NVIDIA GPU (one is visible to it and it does not interpret)."""
+    return bool(env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "x")).strip()) \
+        and env.get("TRITON_INTERPRET") != "1" and Path("/proc/driver/nvidia/version").exists()
+
+
+_level_lock = threading.Lock()
+PROBE_TIMEOUT_S = 180.0
+
+
+def _machine_key() -> str:
+    """What decides which isolation a GPU stack tolerates: the host, its kernel, the driver, this Python."""
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        driver = "no driver"
+    u = os.uname()
+    return f"{u.nodename}|{u.release}|{driver}|{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def isolation_level(env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The isolation level a worker with this environment gets, and why stronger levels were refused.
+    `$WORKBENCH_ISOLATION_LEVEL` decides if set; a CPU worker gets "full"; a GPU worker the strongest level whose
+    probe (harness.child.isolation) ran CUDA, NVML and Triton, found once per machine and kept in the home."""
+    from ..core import paths
+    from ..harness.child import isolation
+
+    explicit = os.environ.get("WORKBENCH_ISOLATION_LEVEL")
+    if explicit:
+        return explicit, {}
+    if not uses_gpu(env):
+        return "full", {}
+    cache = paths.home() / "isolation.json"
+    key = _machine_key()
+    with _level_lock:
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key in known:
+            return known[key]["level"], known[key].get("refused", {})
+        refused: dict[str, str] = {}
+        level = "none"
+        for name in isolation.LEVEL_NAMES[:-1]:
+            with tempfile.TemporaryDirectory(prefix="wb-probe-") as tmp:
+                probe_env = {**os.environ, **env, **isolation_env(Path(tmp)),
+                             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+                try:
+                    proc = subprocess.run([sys.executable, "-m", "workbench.harness.child.isolation", "--probe", name,
+                                           tmp], env=probe_env, capture_output=True, text=True,
+                                          timeout=PROBE_TIMEOUT_S)
+                    ok, why = proc.returncode == 0 and "ok" in proc.stdout, (proc.stderr or proc.stdout)[-400:]
+                except subprocess.TimeoutExpired:
+                    ok, why = False, f"the probe did not finish within {PROBE_TIMEOUT_S:.0f} s"
+            if ok:
+                level = name
+                break
+            refused[name] = why.strip().splitlines()[-1] if why.strip() else "failed"
+        known[key] = {"level": level, "refused": refused}
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(known, indent=1))
+        except OSError:
+            pass
+        return level, refused
+
+
 def _isolate(private_dir: str) -> dict[str, Any]:
     if not isolation_wanted():
         return {"active": False, "reason": "turned off (WORKBENCH_SANDBOX=0)"}
     from ..harness.child import isolation
 
+    level = os.environ.get("WORKBENCH_ISOLATION_LEVEL", "full")
+    if level == "none":
+        return {"active": False, "level": "none",
+                "reason": "no level of isolation left CUDA working on this machine (see the probe's reasons)"}
     try:
-        return {"active": True, **isolation.apply(private_dir)}
+        if uses_gpu(dict(os.environ)):
+            isolation.init_cuda()
+        return {"active": True, **isolation.apply_level(level, private_dir)}
     except (isolation.IsolationUnavailable, OSError) as e:
         return {"active": False, "reason": str(e)}
 
@@ -159,6 +234,8 @@ class Worker:
         self.stop()
         self.private_dir = Path(tempfile.mkdtemp(prefix=f"wb-{self.name}-"))
         env = {**self.env, **isolation_env(self.private_dir)}
+        level, refused = isolation_level(self.env) if isolation_wanted() else ("none", {})
+        env["WORKBENCH_ISOLATION_LEVEL"] = level
         parent, child = _CTX.Pipe()
         self.proc = _CTX.Process(target=_child_main, args=(child, env), daemon=True, name=self.name)
         # The environment is set in the parent while the child starts, not only inside it: a spawned child imports
@@ -188,12 +265,19 @@ class Worker:
             tail = self.take_output()
             self.stop()
             raise RuntimeError(f"{self.name}: worker died while starting (exit code {code}){_said(tail)}") from None
+        iso = info.setdefault("isolation", {})
+        if refused:
+            iso["refused"] = refused
         self.info = info
-        iso = info.get("isolation", {})
-        if not iso.get("active") and not _warned_isolation:
-            _warned_isolation.append(iso.get("reason", "unknown"))
-            print(f"workbench: candidate workers run without OS isolation here ({_warned_isolation[0]}); the static "
-                  "stage is the only barrier to file and network access", file=sys.stderr)
+        if not _warned_isolation and (not iso.get("active") or iso.get("level") != "full"):
+            why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or iso.get("reason", "unknown")
+            _warned_isolation.append(why)
+            if not iso.get("active"):
+                print(f"workbench: candidate workers run without OS isolation here ({why}); the static stage is "
+                      "the only barrier to file and network access", file=sys.stderr)
+            else:
+                print(f"workbench: candidate workers run isolated at level {iso['level']!r} here (stronger levels "
+                      f"broke the GPU stack: {why}); see README's reliability notes", file=sys.stderr)
         return time.perf_counter() - t0
 
     def take_output(self) -> dict[str, Any]:

@@ -13,6 +13,10 @@ one template serves all three. Stride, zero padding and dilation are per dimensi
   taps x channel slabs): the row masks are per tap, the channel offsets a plain stride. Pays when C_in/groups >= BK.
 - "direct": no tensor cores, for a reduction too short for them (depthwise: one input channel per output): a
   [BN channels, BM pixels] tile accumulates input * weight over the window (unrolled when small) with fp32 FMAs.
+- "library": the convolution itself by the vendor library (torch's conv, cuDNN on a GPU, under the precision the
+  harness sets for the reference), the epilogue as one generated pointwise kernel over its output (BM elements a
+  program), in place when the dtypes agree. Where cuDNN's convolution beats the templates (small channel counts,
+  large windows) this keeps the fusion of everything after it; with no epilogue it is plain torch (no kernel).
 
 What is known from the spec is compiled in: the padding bounds checks only for padded dimensions (an unpadded
 window never leaves the input), the reduction mask only where BK does not divide it. Rows and channels past the edge
@@ -42,7 +46,10 @@ IN_DTYPES = ("float32", "bfloat16", "float16")
 OUT_DTYPES = ("float32", "bfloat16", "float16")
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 KINDS = ("col", "full", "scalar")
-ALGOS = ("gemm", "gemm_tap", "direct")
+ALGOS = ("gemm", "gemm_tap", "direct", "library")
+# The order the proposer's algorithm moves try them in: the vendor library first (the baseline a template must beat,
+# and the fastest where channels are few), then the templates.
+ALGORITHM_MOVE_ORDER = ("library", "gemm_tap", "gemm", "direct")
 
 # Accumulator register budgets in bytes per thread, as in the GEMM family (half the register file; less where the
 # split tf32x3 operands or FMA-unit operands also live in registers).
@@ -95,7 +102,9 @@ def space(spec: ConvSpec) -> list[dict[str, Any]]:
                       GROUP_M=(1, 8), num_warps=(4, 8), num_stages=(2, 3, 4))
     direct = grid_space(ALGO=("direct",), BM=(64, 128, 256, 512), BN=(1, 2, 4, 8, 16, 32), BK=(1,), GROUP_M=(1,),
                         num_warps=(2, 4, 8), num_stages=(1,))
-    return gemm + direct
+    library = grid_space(ALGO=("library",), BM=(512, 1024, 2048, 4096), BN=(1,), BK=(1,), GROUP_M=(1,),
+                         num_warps=(4, 8), num_stages=(1,))
+    return gemm + direct + library
 
 
 def _gemm_default(spec: ConvSpec, algo: str) -> dict[str, Any]:
@@ -106,6 +115,23 @@ def _gemm_default(spec: ConvSpec, algo: str) -> dict[str, Any]:
     if spec.in_dtype == "float32" and spec.precision == "ieee":
         cfg.update(BM=64, BN=min(bn, 64), num_warps=4)
     return cfg
+
+
+def algorithm_default(spec: ConvSpec, algo: str) -> dict[str, Any] | None:
+    """A sensible first configuration of one algorithm for this spec (None when the algorithm cannot serve it):
+    what the proposer's algorithm moves switch a convolution to."""
+    if algo == "library":
+        cfg = dict(ALGO="library", BM=1024, BN=1, BK=1, GROUP_M=1, num_warps=4, num_stages=1)
+    elif algo == "direct":
+        cfg = dict(ALGO="direct", BM=256, BN=min(8, next_pow2(spec.c_out)), BK=1, GROUP_M=1, num_warps=4,
+                   num_stages=1)
+    else:
+        cfg = _gemm_default(spec, algo)
+        while check(spec, cfg) and cfg["num_stages"] > 2:
+            cfg = dict(cfg, num_stages=cfg["num_stages"] - 1)
+        while check(spec, cfg) and cfg["BM"] > 32:
+            cfg = dict(cfg, BM=cfg["BM"] // 2)
+    return cfg if check(spec, cfg) is None else None
 
 
 def default(spec: ConvSpec) -> dict[str, Any]:
@@ -169,6 +195,10 @@ def check(spec: ConvSpec, config: dict[str, Any]) -> str | None:
     if any(t < 1 or t & (t - 1) for t in (bm, bn, bk)):
         return f"tile {bm}x{bn}x{bk}: block sizes must be powers of two"
     threads = warps * 32
+    if algo == "library":
+        if bm < threads or bm // threads > 32:
+            return f"library conv: an epilogue block of {bm} elements over {threads} threads (1 to 32 each)"
+        return None
     if algo == "direct":
         if spec.cg > DIRECT_MAX_CG:
             return f"direct kernel: {spec.cg} input channels per group > {DIRECT_MAX_CG} (a reduction that long " \
@@ -434,8 +464,100 @@ def _direct_kernel(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
     return head + "\n".join(loop) + "\n" + tail
 
 
+def _library_epilogue_kernel(spec: ConvSpec, name: str) -> str:
+    """A pointwise kernel over the library conv's contiguous NC(D)HW output: each element's channel and pixel
+    coordinates address the epilogue inputs; `out = epilogue(y)`."""
+    loads, args = [], []
+    for i in _inputs(spec):
+        n = f"ep_{i.name}"
+        if i.kind == "scalar":
+            loads.append(f"{n}_v = {n}")
+        elif i.kind == "col":
+            loads.append(f"{n}_v = tl.load({n} + c * {n}_sc, mask=mask, other=0.0).to(tl.float32)")
+        else:
+            loads.append(f"{n}_v = tl.load({n} + nb * {n}_s0 + c * {n}_s1 + od * {n}_s2 + oh * {n}_s3 + ow * {n}_s4,"
+                         " mask=mask, other=0.0).to(tl.float32)")
+        args.append(f"{n}_v")
+    body = textwrap.dedent("""\
+        e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        if INT64:
+            e = e.to(tl.int64)
+        mask = e < N
+        acc = tl.load(y_ptr + e, mask=mask, other=0.0).to(tl.float32)
+        sp = e % OSP
+        t = e // OSP
+        c = t % C_OUT
+        nb = t // C_OUT
+        ow = sp % OW
+        t = sp // OW
+        oh = t % OH
+        od = t // OH
+    """) + "\n".join(loads) + ("\n" if loads else "") + \
+        f"out = {name}_epilogue(acc{''.join(', ' + a for a in args)})\n" + \
+        "tl.store(out_ptr + e, out.to(out_ptr.dtype.element_ty), mask=mask)\n"
+    params = f"y_ptr, out_ptr, {_kernel_params(spec)}N, OSP, OH, OW, C_OUT: tl.constexpr, BLOCK: tl.constexpr, " \
+             "INT64: tl.constexpr"
+    return f"@triton.jit\ndef {name}_kernel(\n        {params}):\n" + textwrap.indent(body, "    ")
+
+
+def _library_launcher(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
+    d = spec.dims
+    stride, padding, dilation = (tuple(v[3 - d:]) for v in (spec.stride, spec.padding, spec.dilation))
+    ins = _inputs(spec)
+    lines = [
+        f"def {name}(x, w, *epilogue_inputs):",
+        f"    assert x.dim() == {d + 2} and x.shape[1] == {spec.c_in}, (x.shape, {spec.c_in})",
+        f"    assert len(epilogue_inputs) == {len(ins)}, 'expected {len(ins)} epilogue input(s)'",
+        f"    y = torch.nn.functional.conv{d}d(x, w, None, {stride}, {padding}, {dilation}, {spec.groups})",
+    ]
+    if spec.epilogue is None or spec.epilogue.is_identity:
+        return "\n".join(lines + [f"    return y.to(torch.{spec.out_dtype})"]) + "\n"
+    lines += [
+        "    y = y.contiguous()",
+        "    y5 = y",
+        "    while y5.dim() < 5:",
+        "        y5 = y5.unsqueeze(2)",
+        "    NB, _, OD, OH, OW = y5.shape",
+        f"    out = y if y.dtype == torch.{spec.out_dtype} else torch.empty_like(y, dtype=torch.{spec.out_dtype})",
+        "    if out.numel() == 0:",
+        "        return out",
+        "    spans = [y.numel()]",
+    ]
+    args = []
+    for j, i in enumerate(ins):
+        v = f"e{j}"
+        if i.kind == "scalar":
+            lines.append(f"    {v} = float(epilogue_inputs[{j}])")
+            args.append(v)
+        elif i.kind == "col":
+            lines.append(f"    {v} = epilogue_inputs[{j}].reshape({spec.c_out})  # one value per output channel")
+            args += [v, f"{v}.stride(0)"]
+        else:
+            lines += [f"    {v} = epilogue_inputs[{j}].expand(y.shape)",
+                      f"    while {v}.dim() < 5:",
+                      f"        {v} = {v}.unsqueeze(2)",
+                      f"    spans.append(sum((n - 1) * abs(s) for n, s in zip({v}.shape, {v}.stride())))"]
+            args += [v] + [f"{v}.stride({k})" for k in range(5)]
+    ep_args = "".join(a + ", " for a in args)
+    bm = config["BM"]
+    lines += [
+        "    INT64 = max(spans) >= 2**31",
+        f"    {name}_kernel[(triton.cdiv(y.numel(), {bm}),)](",
+        f"        y, out, {ep_args}y.numel(), OD * OH * OW, OH, OW, C_OUT={spec.c_out}, BLOCK={bm}, INT64=INT64,",
+        f"        num_warps={config['num_warps']})",
+        "    return out",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render(spec: ConvSpec, config: dict[str, Any], name: str) -> Rendered:
     kernels = []
+    if config["ALGO"] == "library":
+        if spec.epilogue is not None and not spec.epilogue.is_identity:
+            ins = "".join(", " + i.name for i in _inputs(spec))
+            kernels += [f"@triton.jit\ndef {name}_epilogue(acc{ins}):\n    return {spec.epilogue.expr}\n",
+                        _library_epilogue_kernel(spec, name)]
+        return Rendered(kernel_src="\n\n".join(kernels), launcher_src=_library_launcher(spec, config, name))
     if spec.epilogue is not None and not spec.epilogue.is_identity:
         ins = "".join(", " + i.name for i in _inputs(spec))
         kernels.append(f"@triton.jit\ndef {name}_epilogue(acc{ins}):\n    return {spec.epilogue.expr}\n")

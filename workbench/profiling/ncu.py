@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..devices.local import cuda_gpu_count, gpu_lock
-from ..devices.worker import isolation_env, isolation_wanted
+from ..devices.worker import isolation_env, isolation_level, isolation_wanted
 from ..problems.problem import Problem
 from .findings import ProfilerUnavailable
 
@@ -252,7 +252,8 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
         cmd = profile_command(ncu, [sys.executable, "-m", "workbench.profiling.ncu", "--drive", spec], str(report))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         physical = visible.split(",")[gpu_index].strip() if visible else str(gpu_index)
-        env = {**os.environ, **isolation_env(private), "CUDA_VISIBLE_DEVICES": physical, "TRITON_INTERPRET": "0"}
+        env = {**os.environ, **isolation_env(private), "CUDA_VISIBLE_DEVICES": physical, "TRITON_INTERPRET": "0",
+               "WORKBENCH_ISOLATION_LEVEL": NCU_ISOLATION or isolation_level({"CUDA_VISIBLE_DEVICES": physical})[0]}
         with gpu_lock(int(physical) if physical.isdigit() else 0):
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -269,20 +270,21 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
     return metrics
 
 
-# How the driver isolates itself under ncu: "full" (as a worker), "files" (network and capabilities kept, for a
-# machine where ncu's injection needs them), "off".
-NCU_ISOLATION = os.environ.get("WORKBENCH_NCU_ISOLATION", "full")
+# The driver isolates itself as a GPU worker does (the machine's probed level); $WORKBENCH_NCU_ISOLATION names
+# another level (full, files, network, none) for a machine where ncu's injection needs more than CUDA does.
+NCU_ISOLATION = os.environ.get("WORKBENCH_NCU_ISOLATION")
 
 
 def _isolate_driver() -> None:
-    if not isolation_wanted() or NCU_ISOLATION == "off" or not os.environ.get("WORKBENCH_WORKER_DIR"):
+    level = os.environ.get("WORKBENCH_ISOLATION_LEVEL", "full")
+    if not isolation_wanted() or level == "none" or not os.environ.get("WORKBENCH_WORKER_DIR"):
         return
     from ..harness.child import isolation
 
-    full = NCU_ISOLATION == "full"
     try:
-        isolation.apply(os.environ["WORKBENCH_WORKER_DIR"], network=full, drop_capabilities=full)
-    except isolation.IsolationUnavailable as e:
+        isolation.init_cuda()
+        isolation.apply_level(level, os.environ["WORKBENCH_WORKER_DIR"])
+    except (isolation.IsolationUnavailable, OSError) as e:
         print(f"workbench: the ncu driver runs without OS isolation here ({e})", file=sys.stderr)
 
 

@@ -157,7 +157,7 @@ class OfflineProposer:
         if not kinds:
             return []
         weights = memory.move_weights(kinds) if memory is not None else {"config": 0.8, "fuse": 0.2}
-        out: list[tuple[str, Choice]] = []
+        out: list[tuple[str, Choice]] = self.algorithm_moves(choice)[:max(1, k // 2)]
         for _ in range(4 * k):
             if len(out) >= k:
                 break
@@ -175,6 +175,33 @@ class OfflineProposer:
                 move = (f"config:{g.gid}", Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups)))
             if move[1] != choice and all(move[1] != m[1] for m in out):
                 out.append(move)
+        return out
+
+    def algorithm_moves(self, choice: Choice) -> list[tuple[str, Choice]]:
+        """"algo:<name>" moves: every group whose family offers algorithm `name` (a convolution's implicit GEMM,
+        direct or library kernel) switched to that algorithm's first configuration at once. Whole networks of
+        convolutions need the switch made everywhere to show what it is worth, which single config moves never
+        reach in a small budget."""
+        fuse = dict(choice.fuse)
+        configs = dict(choice.configs)
+        groups = self.groups(fuse)
+        by_algo: dict[str, dict[str, str]] = {}
+        for g in groups:
+            fam = family(g.family)
+            pick = getattr(fam, "algorithm_default", None)
+            current = json.loads(configs.get(g.gid, "{}")).get("ALGO")
+            if pick is None or current is None:
+                continue
+            for algo in getattr(fam, "ALGORITHM_MOVE_ORDER", ()):
+                cfg = pick(g.spec, algo) if algo != current else None
+                if cfg is not None:
+                    by_algo.setdefault(algo, {})[g.gid] = canonical_json(cfg)
+        out = []
+        for algo in by_algo:  # in the families' move order (dicts keep insertion order)
+            new = {**configs, **by_algo[algo]}
+            move = Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups))
+            if move != choice:
+                out.append((f"algo:{algo}", move))
         return out
 
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:

@@ -17,6 +17,14 @@ device for the mount's sake), NVML reads /proc and /dev only, and the driver's f
 
 Where a step is refused (not Linux, a container without the privilege, gVisor), `apply` raises `IsolationUnavailable`
 with the reason, and the caller carries on with the static stage as the only barrier and says so once.
+
+On a GPU the isolation must not break CUDA, NVML or Triton, and what they need differs between machines (a
+virtualised kernel may refuse a device opened on a read-only mount, a driver may need a capability). So a GPU
+worker's level is chosen by trying them, strongest first (`LEVELS`), in a throwaway process that isolates itself
+exactly as a worker does and then creates a CUDA context, pins host memory, asks NVML and runs a Triton kernel
+(`python -m workbench.harness.child.isolation --probe LEVEL DIR`); the first level that works is kept for the
+machine (devices.worker caches it) and reported with the reasons the stronger ones failed. /dev is never remounted
+(device nodes must open as they do outside); its shared memory is a fresh tmpfs.
 """
 from __future__ import annotations
 
@@ -120,15 +128,40 @@ def writable_caches() -> list[Path]:
     return [triton, inductor, cuda]
 
 
-def apply(private_dir: str | Path, network: bool = True, drop_capabilities: bool = True) -> dict[str, str]:
+# Strongest first: (name, network namespace, read-only files, capabilities dropped).
+LEVELS = (("full", True, True, True), ("files", True, True, False), ("network", True, False, False))
+LEVEL_NAMES = tuple(name for name, *_ in LEVELS) + ("none",)
+
+
+def apply_level(level: str, private_dir: str | Path) -> dict[str, str]:
+    """Isolate this process at one of `LEVELS` ("none" does nothing)."""
+    for name, network, files, drop in LEVELS:
+        if name == level:
+            return {"level": level, **apply(private_dir, network=network, files=files, drop_capabilities=drop)}
+    if level == "none":
+        return {"level": "none"}
+    raise ValueError(f"unknown isolation level {level!r} (one of {LEVEL_NAMES})")
+
+
+def apply(private_dir: str | Path, network: bool = True, drop_capabilities: bool = True,
+          files: bool = True) -> dict[str, str]:
     """Isolate this process (see the module docstring). `private_dir` exists and is the worker's own; its `tmp/`
-    becomes a private tmpfs. `network=False` or `drop_capabilities=False` leave those steps out (the ncu driver may
-    need them, see profiling.ncu). Returns a short description of what holds."""
+    becomes a private tmpfs. `network`, `files` (the read-only mounts) and `drop_capabilities` turn steps off for a
+    machine whose GPU stack needs them off. Returns a short description of what holds."""
     libc = _libc()
     private = Path(private_dir)
     caches = writable_caches()
     for d in caches + [private / "tmp"]:
         d.mkdir(parents=True, exist_ok=True)
+    if not files:
+        if network:
+            _check(libc.unshare(CLONE_NEWNET), "unshare (network namespace)")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+        if drop_capabilities:
+            _drop_capabilities(libc)
+        return {"network": "none (empty network namespace)" if network else "as the host's",
+                "files": "as the host's (writable)", "capabilities": "none" if drop_capabilities else "kept",
+                "max_file_bytes": str(MAX_FILE_BYTES)}
     _enter_namespaces(libc, network)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None, "making mounts private")
     keep = [private, *caches]
@@ -136,8 +169,8 @@ def apply(private_dir: str | Path, network: bool = True, drop_capabilities: bool
         _mount(libc, str(d), str(d), None, MS_BIND | MS_REC, None, "binding a writable directory")
     kept = {str(d.resolve()) for d in keep}
     for point, flags in _mounts():
-        if point in kept:
-            continue
+        if point in kept or point == "/dev" or point.startswith("/dev/"):
+            continue  # /dev stays as it is: a device opened on a read-only mount is refused by some kernels
         try:
             _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None, "remounting read-only")
         except IsolationUnavailable:
@@ -167,3 +200,50 @@ def allow_cpu_seconds(seconds: float) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _probe_gpu_stack() -> None:
+    """What a GPU worker does with the GPU, each step once: a CUDA context and a kernel, pinned host memory, NVML,
+    and a Triton kernel compiled (ptxas, the kernel cache) and run."""
+    import torch
+
+    x = torch.arange(4096, device="cuda", dtype=torch.float32)
+    assert float((x * 2).sum()) == 2 * float(x.sum())
+    torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True).fill_(1)
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        pynvml.nvmlInit()
+        pynvml.nvmlSystemGetDriverVersion()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _double(p, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(p + i, tl.load(p + i, mask=i < n) * 2, mask=i < n)
+
+    _double[(4,)](x, 4096, BLOCK=1024)
+    torch.cuda.synchronize()
+    assert float(x[1]) == 2.0
+
+
+def init_cuda() -> None:
+    """Create the CUDA context before isolating (the driver opens its device files outside the new namespaces)."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "--probe":
+        sys.exit("usage: python -m workbench.harness.child.isolation --probe LEVEL PRIVATE_DIR")
+    init_cuda()
+    apply_level(sys.argv[2], sys.argv[3])
+    _probe_gpu_stack()
+    print("ok")
