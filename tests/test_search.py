@@ -275,7 +275,7 @@ def test_screening_measures_within_slots_and_keeps_skips(tmp_path, problem, prop
     assert all(n.forecast and n.forecast["decision"] == "skip" for n in skipped)
     assert len(measured) <= 1 + 2 * 3  # the root, then at most the slots per step
     assert s.report()["surrogate"] == "OracleSurrogate"
-    again = Search(problem, gpu, proposer=proposer, store=store, search_id="scr",
+    again = Search(problem, gpu, proposer=proposer, seed=4, per_step=2, store=store, search_id="scr",
                    screening=ScreeningConfig(OracleSurrogate(), SelectivePolicy(tau=0.5, explore=0.0, seed=0)))
     assert sum(n.status == "skipped" for n in again.tree.nodes.values()) == len(skipped)
 

@@ -62,11 +62,14 @@ def cmd_search(args) -> int:
     problem = load_problem(args)
     if args.repeats < 1:
         raise ValueError("--repeats must be at least 1")
-    store = open_store(args)
+    if args.search_id and args.no_store:
+        raise ValueError("--search-id needs the store (its events are kept there): drop --no-store")
+    store = open_store(args)  # a damaged, read-only or locked store fails here, before any work
     # one client for the LLM proposer and the LLM surrogate: one concurrency limit, one cost account; without
     # ANTHROPIC_API_KEY this raises LLMUnavailable (exit 2 with that message) before any device is opened
     llm_client = args.make_llm_client(store, args.llm_model) if "llm" in (args.proposer, args.surrogate) else None
     device = _search_device(args)
+    search = None
     try:
         surrogate, screen = _search_surrogate(args, llm_client)
         search = make_search(problem, device, proposer=args.proposer, strategy=args.strategy,
@@ -78,6 +81,9 @@ def cmd_search(args) -> int:
         if not args.json:
             print(f"search {problem.name} on {device.name}: strategy {args.strategy}, proposer {args.proposer}, "
                   f"surrogate {args.surrogate}, budget {args.budget_gpu_s:g} GPU-s", flush=True)
+            if search.events:
+                print(f"resuming search {args.search_id!r}: {search.steps} step(s), {len(search.events)} event(s) "
+                      "from the store", flush=True)
 
         def progress(r):
             if not args.json:
@@ -90,6 +96,8 @@ def cmd_search(args) -> int:
 
         search.run(args.steps, progress=progress)
     finally:
+        if search is not None:
+            search.close()  # the search id is free for the next run
         device.close()
     report = search.report()
     if llm_client is not None:

@@ -138,13 +138,14 @@ class NodeEvent:
 class StepEvent:
     """A step ended. `best`: the best node's summary (`Search.best_summary()`). `rng_draws`: how many 32-bit words
     the search's seeded generator had drawn, so a resumed search continues the same stream (None in events written
-    before it was recorded)."""
+    before it was recorded); `policy_rng`: the screening policy's generator state, for the same reason."""
 
     type: ClassVar[str] = "step"
     step: int
     gpu_seconds: float = 0.0
     best: dict[str, Any] | None = None
     rng_draws: int | None = None
+    policy_rng: dict[str, Any] | None = None
     seq: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,12 +153,14 @@ class StepEvent:
              "best": self.best}
         if self.rng_draws is not None:
             d["rng_draws"] = self.rng_draws
+        if self.policy_rng is not None:
+            d["policy_rng"] = self.policy_rng
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> StepEvent:
         return cls(step=d["step"], gpu_seconds=float(d.get("gpu_seconds") or 0.0), best=d.get("best"),
-                   rng_draws=d.get("rng_draws"), seq=d.get("seq"))
+                   rng_draws=d.get("rng_draws"), policy_rng=d.get("policy_rng"), seq=d.get("seq"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,6 +138,7 @@ class Evaluation:
             "fidelity": self.fidelity,
             "stages": [s.to_dict() for s in self.stages],
             "provenance": self.provenance,
+            "cached": bool(self.provenance.get("from_store")),  # answered from the store, not measured by this run
         }
         for name in ("full_timing", "quick_timing"):
             st = self.stage(name)

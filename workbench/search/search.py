@@ -20,8 +20,12 @@ failed is still a step, and `max_failed_steps` such steps in a row stop the sear
 
 Resume: a search with a `search_id` and a store appends its events there; a new `Search` with the same id and
 configuration replays them (the same code path as a live tell) to rebuild the tree, the memory and the strategy's
-statistics, and moves its seeded generator to where the last step left it, so it proposes what the uninterrupted
-search would have; the ladder answers stored evaluations from the store, so nothing measured is measured again.
+statistics, and moves its seeded generator (and the screening policy's) to where the last step left it, so it
+proposes what the uninterrupted search would have; the ladder answers stored evaluations from the store, so nothing
+measured is measured again. A step cut off midway is asked again from the state it started in, and the proposals it
+had already told are told from their stored events, so a resume at any event continues the same run. The id is
+bound to the configuration it was created with (`identity()`: a resume that differs is a `SearchMismatch`), and
+one process at a time writes it (`store.lease.SearchLease`: a second writer gets `SearchLocked`).
 Event meanings (node status, "best") live in `workbench.core.events`.
 """
 from __future__ import annotations
@@ -57,6 +61,7 @@ from ..llm.recorder import CallRecorder
 from ..problems.problem import Problem
 from ..proposers.offline import Choice, OfflineProposer
 from ..proposers.recorded import RecordedProposer
+from ..store.lease import SearchLease
 from . import strategies
 from .config import FindingsConfig, LLMMovesConfig, ScreeningConfig
 from .diagnosis import NodeDiagnosis
@@ -86,6 +91,10 @@ class LearnsFromMeasurements(Protocol):
 def _stage_dict(record: StageRecord) -> dict[str, Any]:
     """A stage record as node events store it (its fields, without the derived `ok`)."""
     return {k: v for k, v in record.to_dict().items() if k != "ok"}
+
+
+class SearchMismatch(ValueError):
+    """A search id resumed with another configuration (a ValueError: the CLI exits 2 with the message)."""
 
 
 @dataclasses.dataclass
@@ -128,9 +137,56 @@ class Search:
                                supports_crossover=llm is None)
         self._step_failures = 0  # failed LLM proposals since the last step event
         self._step_nodes: list[Node] = []  # nodes told since the last step event
+        self._tail: list[dict[str, Any]] = []  # stored events of a step cut off midway, told again at the next ask
+        self._draws_at_step = 0  # the generator's draws when the current step began, and the policy's state
+        self._policy_at_step = self._policy_state()
         self.search_id = search_id
+        self._lease: SearchLease | None = None
         if search_id and store is not None:
-            self._resume(store.search_events(search_id))
+            self._lease = store.lease_search(search_id)
+            try:
+                self._bind(store)
+                self._resume(store.search_events(search_id))
+            except BaseException:
+                self.close()
+                raise
+
+    def identity(self) -> dict[str, Any]:
+        """What a search id is bound to: everything that decides which candidates it proposes and how they are
+        judged (`--steps` is not: it says how far this run goes)."""
+        s, f = self.screening, self.findings
+        client = getattr(getattr(getattr(self.llm_moves, "llm", None), "client", None), "config", None)
+        return {"problem": self.problem.key, "strategy": self.strategy.name,
+                "strategy_params": {k: v for k, v in vars(self.strategy).items()
+                                    if not k.startswith("_") and isinstance(v, (bool, int, float, str))},
+                "seed": self.seed, "per_step": self.per_step, "device": self.device.name,
+                "budget_gpu_s": self.budget.gpu_seconds, "budget_wall_s": self.budget.wall_seconds,
+                "proposer": "llm" if self.llm is not None else type(self.proposer).__name__,
+                "llm_model": getattr(client, "model", None),
+                "promotion": dataclasses.asdict(self.ladder.policy) if dataclasses.is_dataclass(self.ladder.policy)
+                else repr(self.ladder.policy),
+                "screening": None if s is None else {"surrogate": type(s.surrogate).__name__,
+                                                     "policy": repr(s.selective), "overgenerate": s.overgenerate,
+                                                     "surrogate_learns": s.surrogate_learns},
+                "findings": None if f is None else {"mode": f.mode, "guided_share": f.guided_share,
+                                                    "guided_min_severity": f.guided_min_severity}}
+
+    def _bind(self, store) -> None:
+        """Bind the id to this configuration when it is new; else fail naming what differs from its own."""
+        mine = json.loads(json.dumps(self.identity(), default=str))
+        stored = store.bind_search(self.search_id, mine)
+        if stored is None:
+            return
+        diff = [k for k in sorted(set(stored) | set(mine)) if stored.get(k) != mine.get(k)]
+        if diff:
+            said = "; ".join(f"{k}: created with {stored.get(k)!r}, now {mine.get(k)!r}" for k in diff)
+            raise SearchMismatch(f"search id {self.search_id!r} belongs to another search ({said}): resume it with "
+                                 "the settings it was created with, or choose another search id (--search-id)")
+
+    def close(self) -> None:
+        """Give up the search id (another process may then resume it); the process ending does the same."""
+        if self._lease is not None:
+            self._lease.release()
 
     @property
     def llm_moves(self) -> LLMMoves | None:
@@ -155,7 +211,29 @@ class Search:
         proposals = [dataclasses.replace(p, candidate=p.candidate or self._render(p.payload)) for p in proposals]
         if self.screening is not None and self.tree.root is not None and proposals:
             proposals = self._screen(proposals, k)
+        if self._tail:
+            return self._retell_tail(proposals, k)
         return proposals
+
+    def _retell_tail(self, proposals: list[Proposal], k: int) -> list[Proposal]:
+        """The first ask after a resume in the middle of a step: the proposals that step had told come back in the
+        same order, and are told from their stored events (no evaluation, the same fields); the rest are returned.
+        Proposals that differ (another proposer, an LLM's new replies) keep the stored nodes as they were told."""
+        tail, self._tail = self._tail, []
+        told = [d for d in tail if d.get("type") == NodeEvent.type]
+        same = len(told) <= len(proposals) and all(
+            (p.parent, p.move, p.candidate.hash, not p.measure) == (d["parent"], d["move"], d["candidate"],
+                                                                   bool(d.get("skipped")))
+            for p, d in zip(proposals, told))
+        if not same:
+            self._restore_generators(self._draws_at_step, self._policy_at_step)
+            self._replay(tail)
+            return self.ask(k)
+        kept = tail[: tail.index(told[-1]) + 1] if told else []
+        if len(kept) < len(tail):  # notes written after the last told node: this run writes its own
+            self.store.drop_search_events(self.search_id, len(self.events) + len(kept))
+        self._replay(kept)
+        return proposals[len(told):]
 
     def tell(self, proposal: Proposal, evaluation: Evaluation | None = None, wall_s: float | None = None) -> Node:
         """Make a proposal a node: a skipped one (no evaluation), or one measured by `evaluation` (from
@@ -188,7 +266,9 @@ class Search:
         nodes = self._close_step()
         self.steps += 1
         best = self.best_summary()
-        self._emit(StepEvent(self.steps, self.budget.gpu_spent, best, rng_draws=self.rng.draws))
+        self._draws_at_step, self._policy_at_step = self.rng.draws, self._policy_state()
+        self._emit(StepEvent(self.steps, self.budget.gpu_spent, best, rng_draws=self.rng.draws,
+                             policy_rng=self._policy_at_step))
         return StepReport(self.steps, [n.summary() for n in nodes], self.budget.gpu_spent, best, self.stopped())
 
     def _close_step(self) -> list[Node]:
@@ -239,7 +319,7 @@ class Search:
         if stopped:
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), stopped)
         proposals = self.ask()
-        if not proposals and not self._step_failures:
+        if not proposals and not self._step_failures and not self._step_nodes:  # (nodes: a cut-off step, retold)
             return StepReport(self.steps, [], self.budget.gpu_spent, self.best_summary(), "space exhausted")
         self._measure_and_tell(proposals)
         return self.end_step()
@@ -398,6 +478,8 @@ class Search:
 
     # ---- events, persistence ----
     def _emit(self, event: NodeEvent | StepEvent | ProposalFailed | ProfileNote) -> None:
+        if self._lease is not None:
+            self._lease.check()  # a newer Search took the id over in this process: this one must not write
         d = dataclasses.replace(event, seq=len(self.events)).to_dict()
         self.events.append(d)
         if self.store is not None and self.search_id:
@@ -406,12 +488,23 @@ class Search:
             listener(d)
 
     def _resume(self, stored: list[dict[str, Any]]) -> None:
-        """Replay stored events through the live path (no evaluation is re-run): nodes and failed proposals rebuild
-        the tree, the memory and the strategy's statistics, and the stored evaluations the ladder's best quick time;
-        the last step event gives the step count and where the seeded generator was (events written before that was
-        recorded leave it at the seed)."""
-        draws = None
-        for d in stored:
+        """Replay stored events through the live path (no evaluation is re-run) up to the last step event: nodes and
+        failed proposals rebuild the tree, the memory and the strategy's statistics, and the stored evaluations the
+        ladder's best quick time; the last step event gives the step count and where the seeded generators were
+        (events written before that was recorded leave them at the seed). Events after it (a step cut off midway)
+        wait for the next ask (`_retell_tail`); with LLM moves, whose replies cannot be asked again, they are
+        replayed now."""
+        ends = [i for i, d in enumerate(stored) if d.get("type") == StepEvent.type]
+        steps = [event_from_dict(stored[i]) for i in ends]
+        cut = len(stored) if self.llm is not None else (ends[-1] + 1 if ends else 0)
+        self._replay(stored[:cut])
+        self._tail = stored[cut:]
+        draws = next((e.rng_draws for e in reversed(steps) if e.rng_draws is not None), 0)
+        self._restore_generators(draws, steps[-1].policy_rng if steps and steps[-1].policy_rng else
+                                 self._policy_at_step)
+
+    def _replay(self, events: list[dict[str, Any]]) -> None:
+        for d in events:
             e = event_from_dict(d)
             if isinstance(e, NodeEvent):
                 self._add(e, Choice.from_dict(e.choice) if e.choice is not None else None)
@@ -420,13 +513,23 @@ class Search:
                 self._add_failure(e)
             elif isinstance(e, StepEvent):
                 self._close_step()
-                self.steps, draws = e.step, e.rng_draws if e.rng_draws is not None else draws
-        if draws is not None:
-            self.rng.advance(draws)
-        self.events = list(stored)
-        spent = [d["gpu_seconds"] for d in stored if "gpu_seconds" in d]
+                self.steps = e.step
+        self.events.extend(events)
+        spent = [d["gpu_seconds"] for d in events if "gpu_seconds" in d]
         if spent:
             self.budget.carry_over(float(spent[-1]))
+
+    def _policy_state(self) -> dict[str, Any] | None:
+        """The screening policy's generator state (numpy's), so a resume continues its explore draws."""
+        rng = getattr(self.screening.selective, "_rng", None) if self.screening is not None else None
+        return rng.bit_generator.state if hasattr(rng, "bit_generator") else None
+
+    def _restore_generators(self, draws: int, policy: dict[str, Any] | None) -> None:
+        self.rng.seed(self.seed)
+        self.rng.advance(draws)
+        self._draws_at_step, self._policy_at_step = draws, policy
+        if policy is not None and self._policy_state() is not None:
+            self.screening.selective._rng.bit_generator.state = policy
 
     def _note_quick_time(self, e: NodeEvent) -> None:
         """The ladder's promotion compares quick times with the best seen: a replayed node's stored evaluation counts,
@@ -459,6 +562,8 @@ class Search:
                 "gpu_seconds": self.budget.gpu_spent, "evaluations": self.budget.report()["by_stage"],
                 "proposer": "llm" if self.llm is not None else "offline",
                 "candidates": len(nodes), "by_status": {s: statuses.count(s) for s in sorted(set(statuses))},
+                # nodes whose evaluation the store answered (measured before, by this search or another)
+                "cached": sum(bool(self.summaries.get(n.nid, {}).get("cached")) for n in nodes),
                 "skipped_by_surrogate": statuses.count(NodeStatus.SKIPPED.value),
                 "surrogate": type(self.screening.surrogate).__name__ if self.screening is not None else None,
                 "findings": self.diagnosis.mode if self.diagnosis is not None else None,
