@@ -50,6 +50,8 @@ def test_eval_json_on_cpu(tmp_path):
     # a second call is answered from the store, not re-run
     again = json.loads(wb(*args).stdout)
     assert again["provenance"].get("from_store") is True
+    text = wb(*[a for a in args if a != "--json"]).stdout  # and the text output says so
+    assert "OK up to correctness (cached: the store's answer" in text
 
 
 def test_eval_rejected_candidate_exits_zero(tmp_path):

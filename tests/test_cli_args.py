@@ -35,6 +35,9 @@ def parse_error(capsys, argv) -> str:
     (["problems", "show", "softmax_rows", "--problem-timeout-s", "0"], "--problem-timeout-s", "more than 0"),
     (["propose", "softmax_rows", "--n", "0", "--out", "x"], "--n", "at least 1"),
     (["sweep", "x.yaml", "--jobs", "0"], "--jobs", "at least 1"),
+    (["search", "softmax_rows", "--timeout", "correctness=-1"], "--timeout", ">= 0"),
+    (["kernelbench", "somewhere", "--file-timeout-s", "0"], "--file-timeout-s", "more than 0"),
+    (["kernelbench", "somewhere", "--timeout", "nope=3"], "--timeout", "STAGE=SECONDS"),
 ])
 def test_bad_values_name_the_option(capsys, argv, option, says):
     err = parse_error(capsys, argv)
@@ -64,3 +67,10 @@ def test_timeouts_reach_the_device(monkeypatch, capsys):
     assert seen == {"name": "cpu"}  # none given: the device's own defaults
     assert main(["eval", "softmax_rows", CAND, "--device", "replay", "--timeout", "compile=60"]) == 2
     assert "--timeout: the replay device" in capsys.readouterr().err
+
+
+def test_search_timeouts_are_refused_on_the_replay_device(capsys):
+    rc = main(["search", "softmax_rows", "--device", "replay", "--no-store", "--steps", "1",
+               "--timeout", "compile=30"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--timeout" in err and "replay" in err and "Traceback" not in err

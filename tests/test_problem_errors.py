@@ -16,6 +16,8 @@ MODEL = ("class Model(nn.Module):\n    def __init__(self):\n        super().__in
          "    def forward(self, x):\n        return torch.relu(x)\n\n")
 FACTORIES = "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\ndef get_init_inputs():\n    return []\n"
 GOOD = HEAD + MODEL + FACTORIES
+RELU_CANDIDATE = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                  "    def forward(self, x):\n        return torch.relu(x)\n")
 
 
 def write(tmp_path, name, text):
@@ -128,9 +130,26 @@ def test_overridden_value_is_canonical_in_the_problem(tmp_path):
 
 def test_problem_failing_only_in_a_worker_still_exits_2(tmp_path, capsys):
     """A step the meta-device check cannot run (`.item()`) is left to the workers; when the problem fails there, the
-    stage's record says so and `eval` exits 2 with the problem's error instead of printing a candidate verdict."""
+    stage's record says so and `eval` exits 2 with the problem's error instead of printing a candidate verdict (the
+compile stage, which builds inputs on meta tensors, is inconclusive on such a problem and the climb goes on)."""
     text = GOOD.replace("return [torch.randn(batch_size, dim)]",
                         "x = torch.randn(batch_size, dim)\n    x.sum().item()\n    raise RuntimeError('late')")
     path = write(tmp_path, "late.py", text)
-    refused(capsys, "eval", path, EXAMPLES[0].path, "--device", "cpu", "--no-store", "--up-to", "compile",
-            says=(str(path), "get_inputs() raised", "(in the compile stage)"))
+    cand = write(tmp_path, "cand.py", RELU_CANDIDATE)
+    refused(capsys, "eval", path, cand, "--device", "cpu", "--no-store", "--up-to", "correctness",
+            says=(str(path), "get_inputs() raised RuntimeError: late"))
+
+
+def test_a_reference_forward_failing_only_on_real_tensors_is_the_problems_error(tmp_path, capsys):
+    """Past the meta check (the forward raises only on real data), the correctness stage blames the reference: the
+    verdict is the problem's error, `eval` exits 2, and the store keeps nothing against the candidate."""
+    from workbench.store.sqlite import Store
+
+    text = GOOD.replace("return torch.relu(x)", "if not x.is_meta:\n            raise KeyError('real data')\n"
+                                                 "        return torch.relu(x)")
+    path = write(tmp_path, "late_forward.py", text)
+    cand = write(tmp_path, "cand.py", RELU_CANDIDATE)
+    store = tmp_path / "store.sqlite"
+    refused(capsys, "eval", path, cand, "--device", "cpu", "--store", store, "--up-to", "correctness",
+            "--set", "batch_size=8", says=("the reference Model's forward raised KeyError",))
+    assert Store(store).evaluations_frame().empty

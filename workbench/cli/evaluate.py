@@ -51,7 +51,9 @@ def cmd_eval(args) -> int:
         print(ev.to_json())
         return 0
     verdict = f"OK up to {ev.fidelity}" if ev.ok else f"REJECTED at {ev.stages[-1].name}"
-    print(f"{problem.name} / {Path(args.candidate).name} on {ev.device}: {verdict}")
+    cached = " (cached: the store's answer, nothing re-run; --no-store to re-run)" \
+        if ev.provenance.get("from_store") else ""
+    print(f"{problem.name} / {Path(args.candidate).name} on {ev.device}: {verdict}{cached}")
     for s in ev.stages:
         print(f"  {s.name:13s} {s.verdict:12s} {s.cost_s:7.2f}s  {s.reason}")
         for f in s.flags:

@@ -48,13 +48,18 @@ def cmd_kernelbench(args) -> int:
     name = resolve_name(args.device)
     if args.device == AUTO and name == REPLAY:
         print(REPLAY_FALLBACK, file=sys.stderr)
+    timeouts = dict(getattr(args, "timeouts", None) or [])
+    if timeouts and name == REPLAY:
+        raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
     cfg = RunConfig(device="cpu" if name == "cpu" else name, budget_gpu_s=args.budget_gpu_s, strategy=args.strategy,
-                    overrides=overrides, jobs=max(1, args.jobs), skip_compile=args.skip_compile)
+                    overrides=overrides, jobs=max(1, args.jobs), skip_compile=args.skip_compile,
+                    timeout_s=args.file_timeout_s)
     out = _out_dir(args, name)
     store = open_store(args)
     device = None
     if name != "cpu" or cfg.jobs == 1:  # CPU jobs > 1: each pool process opens its own
-        device = get_device(name, **({"timeouts": CPU_TIMEOUTS} if name == "cpu" else {}))
+        base = CPU_TIMEOUTS if name == "cpu" else {}
+        device = get_device(name, **({"timeouts": {**base, **timeouts}} if base or timeouts else {}))
     print(f"kernelbench: {len(files)} files on {device.name if device else 'cpu'} -> {out}", file=sys.stderr)
     try:
         rows = run_files(files, out, cfg, store=store, device=device, progress=ProgressBar())

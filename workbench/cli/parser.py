@@ -159,6 +159,7 @@ def _register_search(sub) -> None:
     srch.add_argument("--search-id", default=None, help="name the search to save its events and resume it")
     _store_args(srch)
     srch.add_argument("--json", action="store_true")
+    _timeout_args(srch)
     srch.set_defaults(func="search:cmd_search")
 
 
@@ -278,6 +279,9 @@ def _register_kernelbench(sub) -> None:
     kb.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                     help="override a module-level constant in every file that has it; repeatable (CPU: replaces "
                          "the automatic small sizes of those files)")
+    kb.add_argument("--file-timeout-s", type=positive_seconds, default=120.0, metavar="S",
+                    help="CPU device: seconds per file for loading and tracing it (default 120)")
+    _timeout_args(kb)
     _store_args(kb)
     kb.add_argument("--json", action="store_true", help="print the report as one JSON object")
     kb.set_defaults(func="kernelbench:cmd_kernelbench")

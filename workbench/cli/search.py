@@ -25,7 +25,11 @@ def _search_device(args):
     name = resolve_name(args.device)
     if args.device == AUTO and name == REPLAY:
         print(REPLAY_FALLBACK, file=sys.stderr)
-    return get_device(name, dataset=args.dataset, replay_stores=args.replay_data)
+    timeouts = dict(getattr(args, "timeouts", None) or [])
+    if timeouts and name == REPLAY:
+        raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
+    return get_device(name, dataset=args.dataset, replay_stores=args.replay_data,
+                      **({"timeouts": timeouts} if timeouts else {}))
 
 
 def _search_surrogate(args, llm_client=None):

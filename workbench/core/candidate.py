@@ -32,6 +32,8 @@ class Candidate:
             text = p.read_text()
         except OSError as e:
             raise ValueError(f"{p}: cannot read candidate ({e.strerror})") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not a Python source file (not UTF-8 text at byte {e.start})") from None
         return cls(text, origin=tuple(sorted({"file": str(p), **kw}.items())))
 
     def write(self, directory: str | Path | None = None) -> Path:

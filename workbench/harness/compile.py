@@ -46,6 +46,10 @@ def judge(result: dict[str, Any], cost_s: float) -> StageRecord:
             reason = f"compile crashed ({reason})"
         return StageRecord(Stage.COMPILE, FAIL, reason, cost_s,
                            data={k: v for k, v in result.items() if k in ("traceback",)})
+    if result.get("problem_meta_error"):
+        return StageRecord(Stage.COMPILE, INCONCLUSIVE,
+                           f"the problem's inputs cannot be built on meta tensors ({result['problem_meta_error']}), so "
+                           "kernel launches were not traced; correctness on a device decides", cost_s)
     kernels = result["kernels"]
     flags = []
     for k in kernels:

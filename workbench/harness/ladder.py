@@ -107,7 +107,10 @@ class Ladder:
             ev.provenance.update(timing_method=timing.data.get("method"), reps=timing.data.get("reps"),
                                  spread=timing.data.get("spread"))
         self.note_best(problem, ev)
-        if self.store is not None:
+        blamed = problem_error(ev)
+        if blamed:  # the problem's fault, not the candidate's: never stored against the candidate
+            ev.provenance["problem_error"] = blamed
+        elif self.store is not None:
             self.store.put_problem(problem)
             self.store.put_candidate(candidate)
             self.store.put_evaluation(ev)
@@ -196,3 +199,15 @@ class Ladder:
             best = self.best_quick_ms.get(problem.key)
             self.best_quick_ms[problem.key] = ms if best is None else min(best, ms)
 
+
+
+PROBLEM_ERROR_PREFIX = "problem error"
+
+
+def problem_error(ev: Evaluation) -> str | None:
+    """The reason when the evaluation ended on the problem's own error (its inputs, its reference), not the
+    candidate's: such an answer says nothing about the candidate."""
+    last = ev.stages[-1] if ev.stages else None
+    if last is not None and last.verdict == FAIL and last.reason.startswith(PROBLEM_ERROR_PREFIX):
+        return last.reason
+    return None

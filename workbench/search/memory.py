@@ -13,7 +13,9 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..core.records import RANDOM_REFERENCE
+from ..core.records import DEGENERATE_PROBLEM, RANDOM_REFERENCE
+
+UNJUDGEABLE = (RANDOM_REFERENCE, DEGENERATE_PROBLEM)  # verdicts after which no candidate of the problem can be judged
 
 
 @dataclasses.dataclass
@@ -42,8 +44,7 @@ class SearchMemory:
 
     def record(self, attempt: Attempt, parent_speedup: float | None = None) -> None:
         self.attempts.append(attempt)
-        if RANDOM_REFERENCE in attempt.reason:
-            self.random_reference = attempt.reason[attempt.reason.index(RANDOM_REFERENCE):]
+        self.random_reference = self.random_reference or _unjudgeable(attempt.reason)
         if attempt.speedup is not None and parent_speedup:
             self._gains[attempt.move.split(":", 1)[0]].append(math.log2(attempt.speedup / parent_speedup))
 
@@ -101,9 +102,16 @@ class SearchMemory:
         m = cls()
         for a in d["attempts"]:
             m.attempts.append(Attempt(**a))
-            if RANDOM_REFERENCE in m.attempts[-1].reason:
-                m.random_reference = m.attempts[-1].reason[m.attempts[-1].reason.index(RANDOM_REFERENCE):]
+            m.random_reference = m.random_reference or _unjudgeable(m.attempts[-1].reason)
         m.findings = d["findings"]
         for k, v in d.get("gains", {}).items():
             m._gains[k] = list(v)
         return m
+
+
+def _unjudgeable(reason: str) -> str | None:
+    """The part of a verdict that says no candidate can be judged on this problem (random or degenerate)."""
+    for marker in UNJUDGEABLE:
+        if marker in reason:
+            return reason[reason.index(marker):]
+    return None

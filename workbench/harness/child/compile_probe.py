@@ -117,10 +117,15 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capab
     t0 = time.perf_counter()
     try:
         prob = Problem(*problem)
-        with torch.device("meta"):
-            init = prob.init_inputs()
-            inputs = prob.inputs()
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+        try:
+            with torch.device("meta"):
+                init = prob.init_inputs()
+                inputs = prob.inputs()
+            inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+        except Exception as e:  # the problem's own code (.item(), a host loop) cannot run on meta: not the candidate's
+            return {"kernels": [], "compile_errors": [], "trace_error": None,
+                    "problem_meta_error": f"{type(e).__name__}: {str(e).strip()[:300]}",
+                    "seconds": time.perf_counter() - t0}
         cls = import_candidate(cand_path)
         check_constructor(cls, init)
         trace_error = None

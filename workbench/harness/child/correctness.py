@@ -37,6 +37,7 @@ from .execution import (
     poison,
     reference_rounding,
     run_model,
+    run_reference,
     same_inputs,
     set_precision,
     tensors,
@@ -157,13 +158,13 @@ def _unusable_reference(models: ModelPair, inputs: list[Any], precision: str,
     (random ops such as dropout with p > 0 in training mode, or state the model keeps between calls). A copy, so the
     models the seeds judge start in the same state."""
     probe = copy.deepcopy(models.reference)
-    first = run_model(probe, clone(inputs), models.device)
+    first = run_reference(probe, clone(inputs), models.device)
     if not judged_values(first):
         shapes = [tuple(t.shape) for t in tensors(first)]
         what = f"only empty tensors {shapes} (a size set to 0?)" if shapes else f"no value ({type(first).__name__})"
         return (f"{DEGENERATE_PROBLEM}: the reference returned {what}: any candidate would pass, correctness cannot "
                 "be judged against it")
-    second = run_model(probe, clone(inputs), models.device)
+    second = run_reference(probe, clone(inputs), models.device)
     del probe
     moved, _ = structure(second, first)
     if moved:
@@ -184,7 +185,7 @@ def _run_reference(models: ModelPair, inputs: list[Any]) -> tuple[Any, list[int]
     """The reference's output as a separate copy, and its blocks' sizes; the original blocks are freed and
     poisoned, so a candidate that reuses a freed reference output reads NaN."""
     dev = models.device
-    out = run_model(models.reference, inputs, dev)
+    out = run_reference(models.reference, inputs, dev)
     held = clone(out)
     sizes = [nbytes(t) for t in tensors(out)]
     del out

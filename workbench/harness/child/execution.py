@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ...problems.loader import ProblemError
 from ...problems.problem import Problem
 from . import sandbox
 
@@ -128,6 +129,17 @@ def run_model(model: torch.nn.Module, inputs: list[Any], device: torch.device) -
         out = model(*inputs)
     sync(device)
     return out
+
+
+def run_reference(model: torch.nn.Module, inputs: list[Any], device: torch.device) -> Any:
+    """The reference's forward; its own exception is the problem's error (ProblemError), never the candidate's,
+    except a broken CUDA context, which may be anyone's and replaces the worker."""
+    try:
+        return run_model(model, inputs, device)
+    except Exception as e:
+        if sandbox.cuda_context_broken(e):
+            raise
+        raise ProblemError(f"the reference Model's forward raised {type(e).__name__}: {str(e).strip()[:300]}") from e
 
 
 def same_inputs(before: list[Any], after: list[Any]) -> list[int]:
