@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -30,16 +31,21 @@ band = [0.0, 1.0]  # quantiles across seeds for the band: [0.0, 1.0] is min-max,
 # %%
 from workbench import viz
 from workbench.lab import runs
+from workbench.widgets import as_table, runs_table, setup_figures
+
+setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly.js once, here) for HTML exports
 
 # %%
 sweep = runs.load_runs(runs_dir)
-sweep.environment()
+as_table(sweep.environment())
 
 # %% [markdown]
 # ## Runs
+#
+# One row per run: the parameters that vary, its status, best speedup, GPU-seconds (`sweep.runs` has every field).
 
 # %%
-sweep.runs
+runs_table(sweep)
 
 # %% [markdown]
 # ## Best speedup against budget
@@ -52,7 +58,7 @@ curves = viz.get_sweep_curves_info(sweep.ok_trajectories, by=sweep.config_params
 viz.plot_sweep_curves(curves)
 
 # %%
-sweep.summary()
+sweep.summary().round(3)
 
 # %% [markdown]
 # ## Failures
@@ -65,7 +71,7 @@ sweep.failed[["run_id", "status", "error"]]
 
 # %%
 best = sweep.best_run()
-best
+as_table(best)
 
 # %%
 viz.plot_search_tree(viz.get_search_tree_info(sweep.events(best["run_id"])))

@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -30,6 +31,9 @@ data = ""  # the rows file or dataset directory (default: the shipped one)
 # %%
 from workbench import viz
 from workbench.lab import suite
+from workbench.widgets import setup_figures
+
+setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly.js once, here) for HTML exports
 
 # %%
 full, problem_table = suite.suite_benchmark_data(data) if source == "benchmark" else suite.suite_data(data)
@@ -42,7 +46,7 @@ print(suite.text())
 # Times in ms; `floor_fraction` = floor / time of the best candidate (likewise for eager and torch.compile).
 
 # %%
-suite.frame()
+suite.frame().round(4)
 
 # %% [markdown]
 # ## Speedups against eager, torch.compile (and max-autotune)

@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -22,11 +23,15 @@
 
 # %% tags=["parameters"]
 results_dir = "results/kernelbench/cpu_devset"  # a run's directory (its report.json, or files/*.json)
-levels = []  # levels to show, e.g. ["level1"] (all when empty)
+# levels to show, e.g. ["level1"] (all when empty)
+levels = []
 
 # %%
 from workbench.lab import kernelbench_report
 from workbench.viz import kernelbench as kb_viz
+from workbench.widgets import setup_figures
+
+setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly.js once, here) for HTML exports
 
 # %%
 report = kernelbench_report.load_report(results_dir)

@@ -52,6 +52,12 @@ def _execute(name: str, tmp_path: Path, params: dict, monkeypatch) -> dict:
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
+    # figures that survive: each plotly figure also as inline HTML, plotly.js inlined once and loaded from nowhere
+    html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert sum("window.PlotlyConfig" in h for h in html) == 1 and not any("<script src=" in h for h in html)
+    assert all("Plotly.newPlot" in o["data"].get("text/html", "") for o in outputs
+               if "application/vnd.plotly.v1+json" in o.get("data", {}))
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
     return {"outputs": outputs,
             "text": "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs),
             "figures": [json.loads(o["data"]["application/vnd.plotly.v1+json"])
@@ -95,8 +101,10 @@ def test_notebook_02_surrogate_calibration(tmp_path, monkeypatch):
     pytest.importorskip("lightgbm")
     # smoke sizes: two folds, 10 trees per LightGBM model of the learned surrogate (about 15 s on 2 cores)
     r = _execute("02_surrogate_calibration", tmp_path,
-                 {"surrogates": ["learned", "roofline", "prior", "oracle"], "folds": 2, "trees": 10}, monkeypatch)
+                 {"surrogates": ["learned", "roofline", "prior", "oracle"], "folds": 2, "trees": 10,
+                  "interactive": False}, monkeypatch)
     assert "ece" in r["text"] and "aurc" in r["text"]  # the metrics table
+    assert "problem split, 2 folds: 1/4 learned" in r["text"]  # a progress line per surrogate
     titles = [f["layout"]["title"]["text"] for f in r["figures"]]
     assert len(titles) == 3 and titles[0].startswith("reliability") and titles[1].startswith("risk-coverage")
     assert titles[2].startswith("budget recall over 33 problems")
@@ -115,7 +123,8 @@ def test_notebook_03_sweep_report(replay_sweep, tmp_path, monkeypatch):
     medians = [t for t in curves["data"] if t.get("name", "").startswith("strategy=")]
     assert [t["name"] for t in medians] == ["strategy=greedy (3 runs)", "strategy=mcts (3 runs)"]
     assert all(len(t["x"]) > 5 and max(t["y"]) > 2.5 for t in medians)
-    assert tree["data"][0]["type"] == "icicle"
+    assert tree["data"][0]["type"] in ("icicle", "treemap")  # a treemap past 24 leaves
+    assert "best_speedup" in r["text"] and "git_sha" in r["text"]  # the runs and environment tables
     assert "best_median" in r["text"] and "replay" in r["text"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ go = pytest.importorskip("plotly.graph_objects")
 from workbench import viz  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc=")  # a script loaded from somewhere: offline it is not there
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +87,13 @@ def test_node_detail_info(search):
 
 def test_plots_return_figures(search):
     tree = viz.plot_search_tree(viz.get_search_tree_info(search))
-    assert isinstance(tree, go.Figure) and len(tree.data) == 1 and tree.data[0].type == "icicle"
+    assert isinstance(tree, go.Figure) and tree.data[0].type == "icicle"  # 4 leaves: an icicle
     assert len(tree.data[0].ids) == 7 and tree.data[0].parents[0] == ""
     assert tree.data[0].marker.colors[6] == viz.search_tree.FAILED_COLOUR
+    # the colour key: a colour bar in speedup units and a legend entry for the failed node's grey
+    assert tree.data[1].marker.showscale and "1x" in tree.data[1].marker.colorbar.ticktext
+    assert [d.name for d in tree.data[2:]] == ["failed"]
+    assert tree.data[0].text[3] == f"{1 / 0.804:.3g}x" and tree.data[0].text[6] == "failed"  # speedup on the tile
     assert viz.plot_search_tree(viz.get_search_tree_info(search), kind="treemap").data[0].type == "treemap"
     curve = viz.get_budget_curve_info(search)
     fig = viz.plot_budget_curve({"seed 0": curve, "again": curve})
@@ -122,14 +128,36 @@ def test_widget_steps_the_search(problem):
     assert search.steps == 2 and len(w.figure.data[0].ids) == len(search.tree.nodes) == 4
     assert len(w.node_selector.options) == 4 and "step 2" in w.summary.value
     search.step()  # a step from code reaches the widget through the listeners
-    assert len(w.figure.data[0].ids) == len(search.tree.nodes) == 7
+    assert len(w.figure.data[0].ids) == len(search.tree.nodes) == 7 and len(w.budget_figure.data[0].x) == 7
     w.node_selector.value = 6
     assert "failed at correctness" in w.detail.value
+    assert "<h4" in w.detail.value and "```" not in w.detail.value  # HTML, not raw Markdown
+
+    class Points:
+        point_inds = [3]
+
+    w._on_click(w.figure.data[0], Points())  # a click on a tile selects its node
+    assert w.node_selector.value == 3 and "node #3" in w.detail.value
+    w.filter.value = "best path"  # the root, #3 and its children
+    assert list(w.figure.data[0].ids) == ["0", "3", "4", "5", "6"]
+    w.steps_box.value = 2
+    w.on_step()
+    assert search.steps == 5 and w.progress.value == 2
     w.close()
     assert w.on_event not in search.listeners
     static = display_static(search)
     assert isinstance(static.tree, go.Figure) and isinstance(static.budget, go.Figure)
-    assert "node #3" in static.detail and "<div" in static.html and "step 3" in static.summary
+    assert "node #9" in static.detail and "<div" in static.html and "step 5" in static.summary
+    assert not SCRIPT_SRC.search(static.html) and "window.PlotlyConfig" in static.html  # plotly.js inlined
+
+
+def _assert_figures_survive(outputs: list, figures: int) -> None:
+    """plotly.js inlined once (never from a CDN), every figure as plotly's JSON and as inline HTML."""
+    html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert sum("window.PlotlyConfig" in h for h in html) == 1 and not any(SCRIPT_SRC.search(h) for h in html)
+    figs = [o["data"] for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == figures and all("Plotly.newPlot" in d["text/html"] for d in figs)
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
 
 
 def _kernelspec(root: Path) -> str:
@@ -142,8 +170,8 @@ def _kernelspec(root: Path) -> str:
     return "workbench-test"
 
 
-@pytest.mark.timeout(120)
-def test_notebook_01_runs_headless(tmp_path, monkeypatch):
+def _run_01(tmp_path, monkeypatch, params: dict) -> list:
+    """Notebook 01 executed headless by papermill with `params`; its code cells' outputs (no error among them)."""
     jupytext = pytest.importorskip("jupytext")
     papermill = pytest.importorskip("papermill")
     pytest.importorskip("ipykernel")
@@ -154,12 +182,225 @@ def test_notebook_01_runs_headless(tmp_path, monkeypatch):
     jupytext.write(jupytext.read(NOTEBOOKS / "01_explore_search.py"), src)
     out = tmp_path / "01_out.ipynb"
     papermill.execute_notebook(str(src), str(out), kernel_name=kernel, cwd=str(tmp_path), progress_bar=False,
-                               parameters={"problem": "softmax_rows", "overrides": ["batch_size=8", "dim=100"],
-                                           "steps": 2, "device": "cpu", "interactive": False})
+                               parameters={**params, "interactive": False})
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
-    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
-    assert "'problem': 'softmax_rows@" in text and "'by_status'" in text and "'steps': 2" in text  # the report
+    return outputs
+
+
+def _text(outputs: list) -> str:
+    """Every output's text: streams, plain text, Markdown and HTML (but plotly.js itself)."""
+    return "\n".join(o.get("text", "") + "".join(str(v) for k, v in o.get("data", {}).items()
+                                                 if k in ("text/plain", "text/markdown", "text/html")
+                                                 and len(str(v)) < 500_000) for o in outputs)
+
+
+@pytest.mark.timeout(120)
+def test_notebook_01_runs_headless(tmp_path, monkeypatch):
+    outputs = _run_01(tmp_path, monkeypatch, {"problem": "softmax_rows", "overrides": ["batch_size=8", "dim=100"],
+                                              "steps": 2, "device": "cpu"})
+    text = _text(outputs)
+    assert "softmax_rows@" in text and "by_status.refused" in text  # the report, as a table
     assert "refuses the timing stages" in text  # the CPU note
-    assert any("text/html" in o.get("data", {}) and "plotly" in o["data"]["text/html"] for o in outputs)
+    assert "step 1/2: +1 nodes" in text and "step 2/2: +" in text and "StepReport(" not in text  # progress lines
+    assert "This search is not screened" in text  # the comparison says why there is none
+    _assert_figures_survive(outputs, figures=3)  # the tree, the budget curve, the findings table
+
+
+def _as_html_page(outputs: list, path: Path) -> Path:
+    """The outputs as an HTML export shows them (text/html where there is one, else the text), in order."""
+    import html
+
+    parts = [o["data"]["text/html"] if "text/html" in o.get("data", {}) else
+             f"<pre>{html.escape(o.get('text', '') or str(o.get('data', {}).get('text/plain', '')))}</pre>"
+             for o in outputs]
+    path.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + "\n".join(parts)
+                    + "</body></html>", encoding="utf-8")
+    return path
+
+
+@pytest.mark.timeout(240)
+def test_notebook_01_screened_on_replay(tmp_path, monkeypatch):
+    """A screened search with findings on replay (no GPU): skipped nodes drawn and labelled as skipped, the
+    screened-vs-unscreened comparison, the findings, and every figure drawn by a real browser from the executed
+    notebook's HTML with no network."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # device auto means replay here
+    outputs = _run_01(tmp_path, monkeypatch, {"problem": "cross_entropy", "steps": 4, "budget_gpu_s": 3.0,
+                                              "surrogate": "roofline", "findings": "static"})
+    text = _text(outputs)
+    assert "screened by RooflineSurrogate" in text and "skipped by the surrogate" in text
+    figs = {f["layout"]["title"]["text"].split(":")[0]: f for f in
+            (o["data"]["application/vnd.plotly.v1+json"] for o in outputs
+             if "application/vnd.plotly.v1+json" in o.get("data", {}))}
+    tree = figs["search tree"]
+    assert "skipped" in tree["data"][0]["text"] and "skipped by the surrogate" in [d.get("name") for d in tree["data"]]
+    comparison = next(f for k, f in figs.items() if k.startswith("screened (RooflineSurrogate) vs unscreened"))
+    assert [d["name"] for d in comparison["data"]][:2] == ["screened", "unscreened"]
+    assert any(k.startswith("findings (static)") for k in figs)
+    assert "forecast top outcome right" in text and "the policy decided" in text
+    _assert_figures_survive(outputs, figures=4)  # tree, budget curve, comparison, findings
+    from workbench.lab.browser import dump_dom, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium: the executed notebook's HTML was not drawn (apt-get install chromium)")
+    dom = dump_dom(_as_html_page(outputs, tmp_path / "01.html"))
+    assert dom.count('class="main-svg"') >= 8  # plotly drew every figure (two svg layers each), offline
+    assert "Error displaying widget" not in dom and "skipped" in dom
+
+
+# ---------------------------------------------------------------------------------------------- screened searches
+
+PROBS = [0.0, 0.0, 0.0, 0.01, 0.05, 0.13, 0.44, 0.27, 0.10]
+
+
+def _screened_events():
+    """A root, a node the surrogate skipped, a deferred one that failed, a measured one: as a screened search emits
+    them (events only, no search)."""
+    def node(nid, parent, decision, summary=None, last=None, skipped=False, findings=None):
+        return {"type": "node", "seq": nid, "nid": nid, "parent": parent, "move": "config:g0", "candidate": f"c{nid}",
+                "choice": None, "summary": summary or {}, "last_stage": last, "skipped": skipped,
+                "findings": findings, "forecast": None if decision is None else
+                {"probs": PROBS, "point": 1.7, "confidence": 0.44, "decision": decision}, "gpu_seconds": nid * 0.5}
+
+    timed = {"speedup_vs_eager": 2.5, "fidelity": "full_timing"}
+    return [node(0, None, None, timed, {"name": "full_timing", "verdict": "pass", "reason": ""}),
+            node(1, 0, "skip", skipped=True),
+            node(2, 0, "defer", {}, {"name": "correctness", "verdict": "fail", "reason": "output mismatch"}),
+            node(3, 0, "defer", timed, {"name": "full_timing", "verdict": "pass", "reason": ""},
+                 findings=[{"tool": "occupancy", "title": "occupancy 12%", "severity": "warning", "evidence": {},
+                            "advice": "fewer registers", "move": "reduce_registers", "kernel": "k"}])]
+
+
+def test_skipped_nodes_are_drawn_as_skipped():
+    info = viz.get_search_tree_info(_screened_events())
+    assert info.status == ["measured", "skipped", "failed", "measured"]
+    assert info.reason[1].startswith("skipped by the surrogate (confidence 0.44)")
+    assert info.decision == ["", "skip", "defer", "defer"] and info.findings == [0, 0, 0, 1]
+    assert [info.tile_text(i) for i in range(4)] == ["2.5x", "skipped", "failed", "2.5x"]
+    colours = viz.search_tree.node_colours(info)
+    assert colours[1] == viz.search_tree.SKIPPED_COLOUR != viz.search_tree.FAILED_COLOUR == colours[2]
+    fig = viz.plot_search_tree(info)
+    assert [d.name for d in fig.data[2:]] == ["failed", "skipped by the surrogate"]  # the legend
+    assert "surrogate: skip (confidence 0.44)" in fig.data[0].customdata[1][0]  # hover
+    curve = viz.get_budget_curve_info(_screened_events())
+    assert curve.skipped == [False, True, False, False]
+    assert "1 skipped" in viz.plot_budget_curve(curve).data[1].name  # ticks where the skipped nodes were
+
+
+def test_filter_tree():
+    info = viz.get_search_tree_info(_screened_events())
+    assert viz.filter_tree(info, hide=("skipped",)).ids == [0, 2, 3]
+    assert viz.filter_tree(info, hide=("skipped", "failed")).ids == [0, 3]
+    assert viz.filter_tree(info, path_to=3).ids == [0, 3]
+    assert viz.filter_tree(info, hide=("measured",)).ids == [0, 1, 2]  # the root stays: the tree stays connected
+
+
+def test_large_trees_are_treemaps():
+    events = [{"type": "node", "seq": i, "nid": i, "parent": None if i == 0 else 0, "move": "m", "candidate": str(i),
+               "summary": {"speedup_vs_eager": 1.0 + i / 100, "fidelity": "quick_timing"},
+               "last_stage": {"name": "quick_timing", "verdict": "pass", "reason": ""}} for i in range(100)]
+    fig = viz.plot_search_tree(viz.get_search_tree_info(events))
+    assert fig.data[0].type == "treemap" and fig.layout.height >= 700 and fig.layout.uniformtext.minsize == 10
+
+
+def test_forecast_and_findings_in_the_detail(search):
+    import dataclasses
+
+    ev = _screened_events()[3]
+    info = dataclasses.replace(viz.get_node_detail_info(search, 3), forecast=ev["forecast"], findings=ev["findings"])
+    fc = viz.get_forecast_info(info)
+    assert fc.labels[6] == "2-4x" and fc.labels[-1] == "fails" and fc.decision == "defer"
+    assert fc.measured == 4 and fc.labels[4] == "1-1.4x" and fc.hit is False  # 1.24x; the forecast said 2-4x
+    text = viz.render_node_detail(info)
+    assert "confidence 0.44; the policy decided **defer**" in text and "occupancy 12%" in text
+    page = viz.render_node_detail_html(info)
+    assert "← measured" in page and "fewer registers" in page and "<details>" in page  # the full source, folded
+    assert "background:#ffebe9" in page  # a removed line of the diff, coloured
+    assert viz.plot_forecast(info).data[0].y[6] == pytest.approx(0.44)
+    assert viz.get_forecast_info(viz.get_node_detail_info(search, 3)) is None  # not screened: no forecast
+
+
+def test_status_on_replay_does_not_contradict_itself(search):
+    import dataclasses
+
+    from workbench.core.records import StageRecord
+
+    info = dataclasses.replace(
+        viz.get_node_detail_info(search, 4), status="measured", fidelity="quick_timing", stage="full_timing",
+        reason="not measured: no recorded measurement",
+        last_stage=StageRecord("full_timing", "refused", "not measured: no recorded measurement", retry=True))
+    assert info.status_line == ("measured at quick_timing; full_timing refused: not measured: no recorded "
+                                "measurement (may be retried)")
+
+
+def test_progress_lines(problem, capsys):
+    from workbench.widgets import StepProgress, step_line
+
+    s = Search(problem, RecordingGPU(), per_step=3, seed=0)
+    progress = StepProgress(3)
+    s.run(steps=3, progress=progress)
+    out = capsys.readouterr().out.splitlines()
+    assert out == progress.lines and len(out) == 3
+    assert out[0].startswith("step 1/3: +1 nodes (1 measured); 1.5 GPU-s; best ")
+    assert out[2].startswith("step 3/3: +3 nodes (2 measured, 1 failed)")
+    assert len(step_line(s.step())) < 200  # one short line, not a StepReport repr
+
+
+def test_tables(search):
+    from workbench.widgets import as_table, node_table
+
+    rep = as_table(search.report())
+    assert rep.loc["best.nid", "value"] == 3 and rep.loc["by_status.failed", "value"] == 1
+    nodes = node_table(search)
+    assert str(nodes["parent"].dtype) == "Int64" and nodes["parent"].isna().sum() == 1  # ints, the root empty
+    assert nodes.index.tolist() == list(range(7)) and nodes["reason"].str.len().max() <= 70
+
+
+def test_figure_bundle_and_export(search, tmp_path):
+    from workbench.viz.export import static_export_available
+    from workbench.widgets import figure_bundle
+
+    fig = viz.plot_budget_curve(viz.get_budget_curve_info(search))
+    b = figure_bundle(fig)
+    assert set(b) >= {"application/vnd.plotly.v1+json", "text/html", "text/plain"}
+    assert "Plotly.newPlot" in b["text/html"] and not SCRIPT_SRC.search(b["text/html"])
+    page = viz.save_figure(fig, tmp_path / "curve.html").read_text()
+    assert "window.PlotlyConfig" in page and not SCRIPT_SRC.search(page)  # self-contained
+    assert json.loads(viz.save_figure(fig, tmp_path / "curve.json").read_text())["data"][0]["type"] == "scatter"
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        viz.save_figure(fig, tmp_path / "curve.txt")
+    if not static_export_available():
+        with pytest.raises(RuntimeError, match="save it as .html"):
+            viz.save_figure(fig, tmp_path / "curve.png")
+
+
+def test_notebooks_open_without_rewrite_and_parse_cleanly(caplog):
+    """Opening a notebook in Lab (jupytext) and saving it gives the tracked .py back byte for byte, and papermill
+    reads every parameter of each parameters cell without a warning."""
+    jupytext = pytest.importorskip("jupytext")
+    translators = pytest.importorskip("papermill.translators")
+    for path in sorted(NOTEBOOKS.glob("0*.py")):
+        text = path.read_text()
+        nb = jupytext.reads(text, fmt="py:percent")
+        nb.metadata["language_info"] = {"name": "python"}  # what a kernel adds on open
+        assert jupytext.writes(nb, fmt="py:percent") == text, f"{path.name} would be rewritten on save"
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        caplog.clear()
+        names = [p.name for p in translators.PythonTranslator.inspect(cell)]
+        assert not caplog.records, f"{path.name}: {caplog.records[0].getMessage()}"
+        assigned = [line.split("=")[0].strip() for line in cell.source.splitlines() if " = " in line
+                    and not line.startswith("#")]
+        assert names == assigned
+
+
+def test_lab_script_and_checkpoints():
+    """scripts/lab.sh parses and adds --allow-root for root (Lab refuses root otherwise); checkpoints are ignored."""
+    import subprocess
+
+    root = NOTEBOOKS.parent
+    r = subprocess.run(["bash", "-n", str(root / "scripts" / "lab.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    script = (root / "scripts" / "lab.sh").read_text()
+    assert '"$(id -u)" = 0' in script and "--allow-root" in script
+    assert ".ipynb_checkpoints/" in (root / ".gitignore").read_text().splitlines()

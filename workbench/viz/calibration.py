@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..metrics import aurc, budget_recall, expected_calibration_error, reliability_table, risk_coverage
-from ._plotly import graph_objects
+from ._plotly import DASHES, graph_objects, layout
 
 
 def _need(frames: Mapping[str, Any], cols: Sequence[str]) -> None:
@@ -132,8 +132,7 @@ _COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#
 
 
 def _layout(fig, title: str, x: str, y: str) -> None:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, margin=dict(t=40, l=10, r=10, b=10),
-                      legend=dict(orientation="h", y=-0.2))
+    layout(fig, title, height=480, xaxis_title=x, yaxis_title=y)
 
 
 def plot_reliability(info: ReliabilityInfo, title: str | None = None):
@@ -148,12 +147,14 @@ def plot_reliability(info: ReliabilityInfo, title: str | None = None):
         total = max(sum(cnt), 1)
         fig.add_trace(go.Scatter(
             x=info.confidence[name], y=info.accuracy[name], mode="lines+markers", name=f"{name} (ECE "
-            f"{info.ece[name]:.3f})", line=dict(color=_COLOURS[i % len(_COLOURS)]), customdata=cnt,
+            f"{info.ece[name]:.3f})", line=dict(color=_COLOURS[i % len(_COLOURS)], dash=DASHES[i % len(DASHES)]),
+            customdata=cnt,
             marker=dict(size=[6 + 24 * math.sqrt(c / total) for c in cnt]),
             hovertemplate=f"{name}<br>confidence %{{x:.3f}}<br>accuracy %{{y:.3f}}<br>%{{customdata}} candidates"
                           "<extra></extra>"))
-    _layout(fig, title or f"reliability ({info.n_bins} equal-{'width' if info.binning == 'width' else 'mass'} bins)",
-            "mean confidence (top outcome probability)", "accuracy (top outcome was the measured one)")
+    _layout(fig, title or f"reliability ({info.n_bins} equal-{'width' if info.binning == 'width' else 'mass'} bins; "
+                          "marker area: candidates in the bin)",
+            "mean confidence (top outcome probability)", "accuracy of the top outcome")
     fig.update_xaxes(range=[0, 1])
     fig.update_yaxes(range=[0, 1])
     return fig
@@ -166,7 +167,7 @@ def plot_risk_coverage(info: RiskCoverageInfo, title: str | None = None):
     for i, name in enumerate(info.names):
         fig.add_trace(go.Scatter(x=info.coverage[name], y=info.risk[name], mode="lines",
                                  name=f"{name} (AURC {info.aurc[name]:.3f})",
-                                 line=dict(color=_COLOURS[i % len(_COLOURS)]),
+                                 line=dict(color=_COLOURS[i % len(_COLOURS)], dash=DASHES[i % len(DASHES)]),
                                  hovertemplate=f"{name}<br>coverage %{{x:.3f}}<br>risk %{{y:.3f}}<extra></extra>"))
     _layout(fig, title or "risk-coverage (lower is better)", "coverage (fraction of forecasts accepted)",
             "risk (error rate of the accepted)")
@@ -181,7 +182,8 @@ def plot_budget_recall(info: BudgetRecallInfo, title: str | None = None):
     fig = go.Figure()
     for i, name in enumerate(info.names):
         fig.add_trace(go.Scatter(x=info.fractions, y=info.hit_rate[name], mode="lines+markers", name=name,
-                                 line=dict(color=_COLOURS[i % len(_COLOURS)]), customdata=info.mean_ratio[name],
+                                 line=dict(color=_COLOURS[i % len(_COLOURS)], dash=DASHES[i % len(DASHES)]),
+                                 customdata=info.mean_ratio[name],
                                  hovertemplate=(f"{name}<br>%{{x:.0%}} of each pool measured<br>%{{y:.0%}} of "
                                                 f"problems within {info.within:.0%} of the best<br>mean best-found/"
                                                 "best %{customdata:.3f}<extra></extra>")))

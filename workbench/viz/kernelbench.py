@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from ._plotly import graph_objects
+from ._plotly import graph_objects, layout
 
 BASELINE_KEYS = {"eager": "speedup_vs_eager", "compile": "speedup_vs_compile"}
 DEFAULT_P = tuple(round(0.1 * i, 2) for i in range(31))  # 0 .. 3 by 0.1
@@ -96,10 +96,9 @@ def plot_fast_p(info: KernelBenchInfo, title: str | None = None):
                 line=dict(dash=dash, width=4 if overall else 2, color="#000000" if overall else colours[i % 5]),
                 hovertemplate=f"{level} vs {base}<br>p %{{x}}: %{{y:.0%}}<extra></extra>"))
     fig.add_vline(x=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(title=title or (f"fast_p over p ({info.run})" if info.timed else
-                                      f"fast_p over p ({info.run}): timing not measured"),
-                      xaxis_title="p (speedup threshold)", yaxis_title="fast_p", yaxis_tickformat=".0%",
-                      yaxis_range=[0, 1], margin=dict(t=40, l=10, r=10, b=10))
+    layout(fig, title or (f"fast_p over p ({info.run})" if info.timed else
+                          f"fast_p over p ({info.run}): timing not measured"), height=460,
+           xaxis_title="p (speedup threshold)", yaxis_title="fast_p", yaxis_tickformat=".0%", yaxis_range=[0, 1])
     return fig
 
 
@@ -114,8 +113,7 @@ def plot_file_speedups(info: KernelBenchInfo, title: str | None = None):
                              marker_color=colour, customdata=info.reasons,
                              hovertemplate=f"%{{x}}<br>{name}: %{{y:.3g}}x<br>%{{customdata}}<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(barmode="group", title=title or (f"per-file speedup ({info.run})" if info.timed else
-                                                       f"per-file speedup ({info.run}): timing not measured"),
-                      yaxis_title="speedup (log)", yaxis_type="log", margin=dict(t=40, l=10, r=10, b=10),
-                      legend=dict(orientation="h", y=1.08))
+    layout(fig, title or (f"per-file speedup ({info.run})" if info.timed else
+                          f"per-file speedup ({info.run}): timing not measured"), height=max(460, 12 * len(info.files)),
+           barmode="group", yaxis_title="speedup (log)", yaxis_type="log", xaxis_tickangle=-45)
     return fig

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-from ._plotly import graph_objects
+from ._plotly import graph_objects, layout
 
 SORT_KEYS = ("problem", "speedup_vs_eager", "speedup_vs_compile", "floor_fraction")
 
@@ -118,14 +118,18 @@ def plot_suite_speedups(info: SuiteInfo, title: str | None = None):
     series = [("vs eager", info.speedup_vs_eager, "#1f77b4"), ("vs torch.compile", info.speedup_vs_compile, "#ff7f0e")]
     if info.speedup_vs_max_autotune:
         series.append(("vs max-autotune", info.speedup_vs_max_autotune, "#2ca02c"))
+    # hatched bars: compute-bound problems (the roofline floor's dominant term); plain: memory-bound
+    pattern = ["/" if b == "compute" else "" for b in info.bound]
     for name, ys, colour in series:
-        fig.add_trace(go.Bar(x=info.problems, y=ys, name=name, marker_color=colour,
-                             hovertemplate=f"%{{x}}<br>{name}: %{{y:.3g}}x<extra></extra>"))
+        fig.add_trace(go.Bar(x=info.problems, y=ys, name=name, marker=dict(color=colour, pattern_shape=pattern),
+                             customdata=[b or "?" for b in info.bound],
+                             hovertemplate=f"%{{x}} (%{{customdata}}-bound)<br>{name}: %{{y:.3g}}x<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(barmode="group", title=title or (
+    layout(fig, title or (
         f"best sampled candidate per problem (full timing, H200): geo-mean {info.geomean_vs_eager:.3g}x eager, "
-        f"{info.geomean_vs_compile:.3g}x torch.compile"), yaxis_title="speedup (log)", yaxis_type="log",
-        margin=dict(t=40, l=10, r=10, b=10), legend=dict(orientation="h", y=1.08))
+        f"{info.geomean_vs_compile:.3g}x torch.compile; hatched: compute-bound"), height=max(480, 14 * len(info)),
+        barmode="group", yaxis_title="speedup (log)", yaxis_type="log", xaxis_tickangle=-45)
+    fig.update_yaxes(dtick="D2")  # log minor ticks labelled 2 and 5 only
     return fig
 
 
@@ -143,7 +147,7 @@ def plot_floor_fraction(info: SuiteInfo, title: str | None = None):
                                  hovertemplate=f"%{{x}} (%{{customdata}}-bound)<br>{name}: %{{y:.0%}} of the floor"
                                                "<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(title=title or "fraction of the roofline floor reached (floor / time)",
-                      yaxis_title="floor / time", yaxis_tickformat=".0%", margin=dict(t=40, l=10, r=10, b=10),
-                      legend=dict(orientation="h", y=1.08))
+    layout(fig, title or "fraction of the roofline floor reached (floor / time); circle: memory-bound, diamond: "
+                         "compute-bound", height=480, yaxis_title="floor / time", yaxis_tickformat=".0%",
+           xaxis_tickangle=-45)
     return fig

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._plotly import graph_objects
+from ._plotly import DASHES, graph_objects, layout, padded_range
 
 
 @dataclasses.dataclass
@@ -131,14 +131,19 @@ def plot_sweep_curves(info: SweepCurvesInfo, title: str | None = None):
         fig.add_trace(go.Scatter(x=xs, y=[p[2] for p in pts], mode="lines", line=dict(width=0, shape="hv"),
                                  fill="tonexty", fillcolor=_rgba(colour, 0.2), showlegend=False, hoverinfo="skip",
                                  legendgroup=c.label))
-        fig.add_trace(go.Scatter(x=xs, y=[p[1] for p in pts], mode="lines", line=dict(color=colour, shape="hv"),
+        fig.add_trace(go.Scatter(x=xs, y=[p[1] for p in pts], mode="lines",
+                                 line=dict(color=colour, shape="hv", dash=DASHES[i % len(DASHES)], width=2.5),
                                  name=f"{c.label} ({len(c.runs)} runs)", legendgroup=c.label,
                                  customdata=[[p[2], p[3], p[4]] for p in pts],
                                  hovertemplate=(f"{c.label}<br>%{{x:.3g}}: median best %{{y:.3g}}x "
                                                 f"({band} %{{customdata[0]:.3g}}-%{{customdata[1]:.3g}}x over "
                                                 "%{customdata[2]} runs)<extra></extra>")))
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(title=title or f"best speedup vs {X_TITLES[info.x]}: median over seeds, {band} band",
-                      xaxis_title=X_TITLES[info.x], yaxis_title="best speedup vs eager",
-                      margin=dict(t=40, l=10, r=10, b=10), legend=dict(orientation="h", y=-0.2))
+    ys = [v for c in info.curves for v, n in zip(c.lo + c.hi + c.median, c.n * 3) if n]
+    y_range = padded_range(ys, include=1.0)
+    if y_range is None or y_range[0] <= 1.0 <= y_range[1]:
+        fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    layout(fig, title or f"best speedup vs {X_TITLES[info.x]}: median over seeds, {band} band", height=460,
+           xaxis_title=X_TITLES[info.x], yaxis_title="best speedup vs eager")
+    if y_range is not None:
+        fig.update_yaxes(range=y_range)  # fit the data: the range where configurations differ is not squashed
     return fig
