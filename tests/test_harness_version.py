@@ -79,7 +79,7 @@ GOLDEN = {
         "child/device_stages.py": "500464db89eeb6c9",
         "child/execution.py": "f0599c9d3a336089",
         "child/interpreter_fixes.py": "104c85e5e08bb0b6",
-        "child/isolation.py": "76c4b206e1879c08",
+        "child/isolation.py": "8da6849a40a1c794",
         "child/judge.py": "df694b3a7740b7ce",
         "child/reference_cache.py": "472ff6dbe16fd0a1",
         "child/sandbox.py": "1744c99df1ac00d5",

@@ -252,7 +252,9 @@ def collect(problem: Any, cand_path: str | Path, calls: int = DEFAULT_CALLS, tim
         cmd = profile_command(ncu, [sys.executable, "-m", "workbench.profiling.ncu", "--drive", spec], str(report))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         physical = visible.split(",")[gpu_index].strip() if visible else str(gpu_index)
+        # ncu itself (not isolated) keeps the machine's TMPDIR; the driver moves to its private one once isolated
         env = {**os.environ, **isolation_env(private), "CUDA_VISIBLE_DEVICES": physical, "TRITON_INTERPRET": "0",
+               "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
                "WORKBENCH_ISOLATION_LEVEL": NCU_ISOLATION or isolation_level({"CUDA_VISIBLE_DEVICES": physical})[0]}
         with gpu_lock(int(physical) if physical.isdigit() else 0):
             try:
@@ -281,11 +283,18 @@ def _isolate_driver() -> None:
         return
     from ..harness.child import isolation
 
+    # ncu keeps its lock and its files for the injection library (inside this process) in the machine's temp dir
+    # ("Failed to access the temporary directory. Ensure that /tmp is writable" on the H200 when it was not), so that
+    # directory stays writable here; the rest of the isolation holds. $WORKBENCH_NCU_TMP=private makes it read-only.
+    extra = () if os.environ.get("WORKBENCH_NCU_TMP") == "private" else (tempfile.gettempdir(),)
     try:
         isolation.init_cuda()
-        isolation.apply_level(level, os.environ["WORKBENCH_WORKER_DIR"])
+        isolation.apply_level(level, os.environ["WORKBENCH_WORKER_DIR"], extra_writable=extra)
     except (isolation.IsolationUnavailable, OSError) as e:
         print(f"workbench: the ncu driver runs without OS isolation here ({e})", file=sys.stderr)
+        return
+    os.environ["TMPDIR"] = str(Path(os.environ["WORKBENCH_WORKER_DIR"]) / "tmp")
+    tempfile.tempdir = None  # read $TMPDIR again
 
 
 def _drive(spec: dict[str, Any]) -> None:

@@ -133,21 +133,23 @@ LEVELS = (("full", True, True, True), ("files", True, True, False), ("network", 
 LEVEL_NAMES = tuple(name for name, *_ in LEVELS) + ("none",)
 
 
-def apply_level(level: str, private_dir: str | Path) -> dict[str, str]:
+def apply_level(level: str, private_dir: str | Path, extra_writable: tuple[str, ...] = ()) -> dict[str, str]:
     """Isolate this process at one of `LEVELS` ("none" does nothing)."""
     for name, network, files, drop in LEVELS:
         if name == level:
-            return {"level": level, **apply(private_dir, network=network, files=files, drop_capabilities=drop)}
+            return {"level": level, **apply(private_dir, network=network, files=files, drop_capabilities=drop,
+                                            extra_writable=extra_writable)}
     if level == "none":
         return {"level": "none"}
     raise ValueError(f"unknown isolation level {level!r} (one of {LEVEL_NAMES})")
 
 
 def apply(private_dir: str | Path, network: bool = True, drop_capabilities: bool = True,
-          files: bool = True) -> dict[str, str]:
+          files: bool = True, extra_writable: tuple[str, ...] = ()) -> dict[str, str]:
     """Isolate this process (see the module docstring). `private_dir` exists and is the worker's own; its `tmp/`
     becomes a private tmpfs. `network`, `files` (the read-only mounts) and `drop_capabilities` turn steps off for a
-    machine whose GPU stack needs them off. Returns a short description of what holds."""
+    machine whose GPU stack needs them off; `extra_writable` names more directories left writable. Returns a short
+    description of what holds."""
     libc = _libc()
     private = Path(private_dir)
     caches = writable_caches()
@@ -164,7 +166,7 @@ def apply(private_dir: str | Path, network: bool = True, drop_capabilities: bool
                 "max_file_bytes": str(MAX_FILE_BYTES)}
     _enter_namespaces(libc, network)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None, "making mounts private")
-    keep = [private, *caches]
+    keep = [private, *caches, *(Path(p) for p in extra_writable)]
     for d in keep:  # a bind of each writable place onto itself: its own mount, left writable below
         _mount(libc, str(d), str(d), None, MS_BIND | MS_REC, None, "binding a writable directory")
     kept = {str(d.resolve()) for d in keep}
