@@ -105,6 +105,13 @@ class StepReport:
     best: dict[str, Any] | None
     stopped: str | None = None
 
+    def __repr__(self) -> str:  # one line: a notebook cell that ends in search.step() echoes it
+        best = self.best or {}
+        speed = best.get("speedup")
+        shown = f", best {speed:.3g}x" if isinstance(speed, (int, float)) else ""
+        return (f"StepReport(step {self.step}: {len(self.nodes)} node(s), {self.gpu_seconds:.1f} GPU-s{shown}"
+                f"{', stopped: ' + self.stopped if self.stopped else ''})")
+
 
 class Search:
     def __init__(self, problem: Problem, device: Device, strategy: str | strategies.Strategy = "greedy",

@@ -130,4 +130,7 @@ class Tree:
     def to_frame(self):
         import pandas as pd  # only a notebook asks for a frame
 
-        return pd.DataFrame([n.summary() for n in self.nodes.values()])
+        frame = pd.DataFrame([n.summary() for n in self.nodes.values()])
+        if "parent" in frame:  # a root's parent is missing: nullable integers, not floats
+            frame["parent"] = frame["parent"].astype("Int64")
+        return frame
