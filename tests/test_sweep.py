@@ -77,7 +77,7 @@ def test_notebook_parameters_and_gpu_names():
     assert notebook_parameters(NB01) == ["problem", "overrides", "strategy", "steps", "seed", "budget_gpu_s",
                                          "surrogate", "tau", "findings", "compare", "device", "replay_data",
                                          "interactive", "out_dir"]
-    assert notebook_defaults(NB01)["budget_gpu_s"] == 0.0 and notebook_defaults(NB01)["overrides"] == []
+    assert notebook_defaults(NB01)["budget_gpu_s"] is None and notebook_defaults(NB01)["overrides"] == []
     assert gpu_names("GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n") == ["NVIDIA H200"] * 2
     assert gpu_names("") == []
 

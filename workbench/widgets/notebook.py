@@ -103,12 +103,15 @@ def open_findings(findings: str = "none") -> FindingsConfig | None:
     return None if (findings or "none").lower() == "none" else FindingsConfig(mode=findings)
 
 
-def open_search(problem, device, strategy: str = "greedy", seed: int = 0, budget_gpu_s: float = 0.0,
+def open_search(problem, device, strategy: str = "greedy", seed: int = 0, budget_gpu_s: float | None = None,
                 surrogate: str = "none", tau: float = -1.0, findings: str = "none", **kw) -> Search:
     """A `Search` for a notebook (`make_search`: on a replay of the shipped dataset the proposer walks its measured
-    points); `budget_gpu_s` <= 0 means no GPU-seconds limit; `surrogate` / `tau` screen it (`open_screening`),
+    points); `budget_gpu_s` None means no GPU-seconds limit, 0 allows no GPU work (as `--budget-gpu-s 0` in the
+    CLI); `surrogate` / `tau` screen it (`open_screening`),
     `findings` reads profiler findings on every node (`open_findings`). `kw` go to `make_search`."""
-    budget = Budget(budget_gpu_s if budget_gpu_s and budget_gpu_s > 0 else None)
+    if budget_gpu_s is not None and not budget_gpu_s >= 0:
+        raise ValueError(f"budget_gpu_s must be None (no limit) or >= 0 GPU-seconds, got {budget_gpu_s!r}")
+    budget = Budget(budget_gpu_s)
     if "screening" not in kw:
         kw["screening"] = open_screening(surrogate, tau, seed)
     if "findings" not in kw:
