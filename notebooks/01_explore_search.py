@@ -46,8 +46,19 @@ from IPython.display import HTML
 from workbench import viz
 from workbench.lab import runs
 from workbench.problems import Problem
-from workbench.widgets import (StepProgress, all_findings, as_table, compare_screening, device_note, node_table,
-                               open_device, open_search, setup_figures, show, unscreened_twin)
+from workbench.widgets import (
+                               StepProgress,
+                               all_findings,
+                               as_table,
+                               compare_screening,
+                               device_note,
+                               node_table,
+                               open_device,
+                               open_search,
+                               setup_figures,
+                               show,
+                               unscreened_twin,
+)
 
 setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly.js once, here) for HTML exports
 
@@ -80,7 +91,7 @@ progress = StepProgress(steps, interactive)
 progress(search.step())
 
 # %%
-search.run(steps=steps - 1, progress=progress);
+_best = search.run(steps=steps - 1, progress=progress)  # the tree below shows it
 
 # %% [markdown]
 # ## The tree
