@@ -43,6 +43,7 @@ timeout -s INT "${KB_S:-420}" python3 -m workbench.cli kernelbench .kb --sample 
   "${levels[@]}" --device cuda --budget-gpu-s "${KB_BUDGET:-8}" --out /tmp/kbrun/run \
   --store /tmp/kbrun/store.sqlite > "$OUT/kernelbench.log" 2>&1
 echo "kernelbench rc $?"
-wait
-tail -30 "$OUT/kernelbench.log"
+# the state first (the call's own time limit may end the tests below): one archive, as many files do not come back
 tar czf "$OUT/state.tar.gz" -C /tmp kbrun
+tail -30 "$OUT/kernelbench.log"
+wait

@@ -239,6 +239,40 @@ def test_tensor_constants_render(tmp_path):
     assert "torch.tensor(-1.5, dtype=torch.float32).to(_device)" in cand.source  # made on the input's device
 
 
+def test_state_kept_across_calls_is_written_back(tmp_path):
+    """A forward that reassigns a tensor attribute (an RNN's `self.hidden`) is traced from the constructed value, and
+    ModelNew makes the same assignment: its second call sees the state its first call left, as the reference's does."""
+    problem = _problem(tmp_path, "rnn", '''
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = torch.randn(2, 8)
+                self.lin = nn.Linear(16, 8)
+            def forward(self, x):
+                self.hidden = torch.tanh(self.lin(torch.cat((x, self.hidden), dim=1)))
+                return self.hidden * 2
+        def get_inputs():
+            return [torch.randn(2, 8)]
+        def get_init_inputs():
+            return []
+    ''')
+    captured = capture(problem)
+    assert captured.state_writes == ["hidden"]
+    cand = OfflineProposer(problem).propose(1, seed=0)[0]
+    assert "self.hidden.to(_device)" in cand.source and "        self.hidden = " in cand.source
+    torch.manual_seed(0)
+    ref = problem.make_reference(problem.init_inputs())
+    torch.manual_seed(0)
+    new = _model_new(cand.source, tmp_path)()
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 8)
+    assert torch.allclose(new.hidden, ref.hidden)
+    for _ in range(2):
+        torch.testing.assert_close(new(x), ref(x))
+
+
 # ---- lowering, run under the Triton interpreter ----
 
 ACTIVATIONS = {  # name: forward body over x (4-D unless said), and the aten op that must not stay a torch call

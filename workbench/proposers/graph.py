@@ -29,6 +29,9 @@ class Captured:
     node_flops: dict[str, int]
     node_bytes: dict[str, int]
     constants: dict[str, str] = dataclasses.field(default_factory=dict)  # get_attr target -> source in forward
+    # A forward that reassigns plain tensor attributes (an RNN keeping `self.hidden` across calls): the attribute
+    # paths, in order, of the graph's last outputs, which ModelNew assigns back instead of returning.
+    state_writes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def nodes(self) -> list[Node]:
@@ -72,6 +75,21 @@ def _build_on_meta(problem: Problem) -> tuple[torch.nn.Module, list[Any]]:
     return model, [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def _tensor_attributes(model: torch.nn.Module) -> dict[str, tuple[torch.nn.Module, str, torch.Tensor]]:
+    """Plain tensor attributes (not parameters or buffers) by dotted path: (module, name, value)."""
+    out = {}
+    for mod_name, mod in model.named_modules():
+        for name, v in vars(mod).items():
+            if isinstance(v, torch.Tensor):
+                out[".".join(p for p in (mod_name, name) if p)] = (mod, name, v)
+    return out
+
+
+def _restore(snapshot: dict[str, tuple[torch.nn.Module, str, torch.Tensor]]) -> None:
+    for mod, name, v in snapshot.values():
+        setattr(mod, name, v)
+
+
 def _move_tensor_attributes(model: torch.nn.Module) -> None:
     """Plain tensor attributes (not parameters or buffers) follow the model to meta, as `.to` does not move them."""
     for mod in model.modules():
@@ -101,13 +119,24 @@ def capture(problem: Problem) -> Captured:
 
     model, inputs = _build_on_meta(problem)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    # Tensor attributes as constructed: a forward that reassigns one (state kept across calls) is traced from these
+    # values, and what it assigns becomes extra graph outputs that ModelNew writes back the same way.
+    snapshot = _tensor_attributes(model)
+    writes: list[str] = []
 
     def run(state, *args):
-        return torch.func.functional_call(model, state, args)
+        result = torch.func.functional_call(model, state, args)
+        written = [(path, v) for path, (_, _, v) in _tensor_attributes(model).items()
+                   if path not in snapshot or v is not snapshot[path][2]]
+        _restore(snapshot)
+        writes[:] = [path for path, _ in written]
+        # make_fx flattens the outputs: the forward's leaves, then the attributes' new values
+        return (result, tuple(v for _, v in written)) if written else result
 
     try:
         with torch.no_grad(), _ScalarsKeepValues():
             out = model(*inputs)
+            _restore(snapshot)
             gm = make_fx(run)(state, *inputs)
     except Exception as e:
         raise ProblemError(f"{problem.path}: the reference could not be captured as a graph on meta tensors "
@@ -125,7 +154,7 @@ def capture(problem: Problem) -> Captured:
     constants = _constant_sources(gm, model)
     flops, nbytes = _node_costs(gm)
     return Captured(problem, gm, list(state), ["tensor" if isinstance(x, torch.Tensor) else "value" for x in inputs],
-                    output_kind, flops, nbytes, constants)
+                    output_kind, flops, nbytes, constants, list(writes))
 
 
 CONSTANT_LITERAL_LIMIT = 4096  # elements: a larger tensor constant made in forward is not written into the source

@@ -162,6 +162,11 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
             outs = node.args[0]
             flat = outs if isinstance(outs, (list, tuple)) else [outs]
             names = [py_literal(o) for o in flat]
+            if captured.state_writes:  # the last outputs are the tensor attributes forward reassigns
+                n_out = len(names) - len(captured.state_writes)
+                for path, value in zip(captured.state_writes, names[n_out:]):
+                    lines.append(f"        self.{path} = {value}")
+                names = names[:n_out]
             if captured.output_kind == "tensor":
                 lines.append(f"        return {names[0]}")
             elif captured.output_kind == "list":
