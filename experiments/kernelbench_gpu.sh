@@ -2,7 +2,7 @@
 # One device call of the KernelBench benchmark on the H200: (optionally) the GPU tests of the kernel families, then
 # `workbench kernelbench` over the stratified sample, resumed from the state an earlier call brought back.
 # The sample's files travel in .kb/ (a copy of ../shared/kernelbench's sampled files, ignored by git: the files are
-# not ours to commit); the state (out directory + store) travels in .kbstate/state.tar.gz and comes back in $OUT.
+# not ours to commit), wheels they import in .kbwheels/ (einops); the state (out directory + store) travels in .kbstate/state.tar.gz and comes back in $OUT.
 #   GPU_TESTS=1  run the lock-respecting GPU tests beside the benchmark (GPU_TESTS_S, default 420 s)
 #   KB_S         seconds left to the benchmark (default 420); KB_BUDGET  GPU-s of search per file (default 8)
 #   KB_LEVELS    levels to run now (default all of the sample)
@@ -10,6 +10,10 @@
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT" /tmp/kbrun
+# wheels the files import that the device lacks (einops: the Mamba2 files), carried in .kbwheels/ (no network there)
+if ls .kbwheels/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/kbpy .kbwheels/*.whl && export PYTHONPATH=$PWD:/tmp/kbpy
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 if [ -f .kbstate/state.tar.gz ]; then tar xzf .kbstate/state.tar.gz -C /tmp; fi
 # The GPU tests that share the GPU only through the per-GPU evaluation lock (every stage they time holds it, as the

@@ -500,6 +500,28 @@ def _library_epilogue_kernel(spec: ConvSpec, name: str) -> str:
     return f"@triton.jit\ndef {name}_kernel(\n        {params}):\n" + textwrap.indent(body, "    ")
 
 
+def _epilogue_args(spec: ConvSpec, shape_expr: str) -> tuple[list[str], str]:
+    """Launcher lines preparing the epilogue inputs (a scalar as a float, a per-channel column flattened, a full
+    tensor broadcast to `shape_expr` and viewed as 5-D, its span joining `spans` for the int64 decision), and the
+    kernel arguments they become, as one string ending in ", " (empty when there are none)."""
+    lines, args = [], []
+    for j, i in enumerate(_inputs(spec)):
+        v = f"e{j}"
+        if i.kind == "scalar":
+            lines.append(f"    {v} = float(epilogue_inputs[{j}])")
+            args.append(v)
+        elif i.kind == "col":
+            lines.append(f"    {v} = epilogue_inputs[{j}].reshape({spec.c_out})  # one value per output channel")
+            args += [v, f"{v}.stride(0)"]
+        else:
+            lines += [f"    {v} = epilogue_inputs[{j}].expand({shape_expr})",
+                      f"    while {v}.dim() < 5:",
+                      f"        {v} = {v}.unsqueeze(2)",
+                      f"    spans.append(sum((n - 1) * abs(s) for n, s in zip({v}.shape, {v}.stride())))"]
+            args += [v] + [f"{v}.stride({d})" for d in range(5)]
+    return lines, "".join(a + ", " for a in args)
+
+
 def _library_launcher(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
     d = spec.dims
     stride, padding, dilation = (tuple(v[3 - d:]) for v in (spec.stride, spec.padding, spec.dilation))
@@ -523,22 +545,8 @@ def _library_launcher(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
         "        return out",
         "    spans = [y.numel()]",
     ]
-    args = []
-    for j, i in enumerate(ins):
-        v = f"e{j}"
-        if i.kind == "scalar":
-            lines.append(f"    {v} = float(epilogue_inputs[{j}])")
-            args.append(v)
-        elif i.kind == "col":
-            lines.append(f"    {v} = epilogue_inputs[{j}].reshape({spec.c_out})  # one value per output channel")
-            args += [v, f"{v}.stride(0)"]
-        else:
-            lines += [f"    {v} = epilogue_inputs[{j}].expand(y.shape)",
-                      f"    while {v}.dim() < 5:",
-                      f"        {v} = {v}.unsqueeze(2)",
-                      f"    spans.append(sum((n - 1) * abs(s) for n, s in zip({v}.shape, {v}.stride())))"]
-            args += [v] + [f"{v}.stride({k})" for k in range(5)]
-    ep_args = "".join(a + ", " for a in args)
+    arg_lines, ep_args = _epilogue_args(spec, "y.shape")
+    lines += arg_lines
     bm = config["BM"]
     lines += [
         "    INT64 = max(spans) >= 2**31",
@@ -598,22 +606,8 @@ def _launcher(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
         "        return out.view(shape)",
         "    spans = [sum((n - 1) * abs(s) for n, s in zip(x5.shape, x5.stride())), w5.numel(), out.numel()]",
     ]
-    args = []
-    for j, i in enumerate(ins):
-        v = f"e{j}"
-        if i.kind == "scalar":
-            lines.append(f"    {v} = float(epilogue_inputs[{j}])")
-            args.append(v)
-        elif i.kind == "col":
-            lines.append(f"    {v} = epilogue_inputs[{j}].reshape({spec.c_out})  # one value per output channel")
-            args += [v, f"{v}.stride(0)"]
-        else:
-            lines += [f"    {v} = epilogue_inputs[{j}].expand(shape)",
-                      f"    while {v}.dim() < 5:",
-                      f"        {v} = {v}.unsqueeze(2)",
-                      f"    spans.append(sum((n - 1) * abs(s) for n, s in zip({v}.shape, {v}.stride())))"]
-            args += [v] + [f"{v}.stride({d})" for d in range(5)]
-    ep_args = "".join(a + ", " for a in args)
+    arg_lines, ep_args = _epilogue_args(spec, "shape")
+    lines += arg_lines
     bm, bn = config["BM"], config["BN"]
     if config["ALGO"] == "direct":
         grid = f"(triton.cdiv(M, {bm}) * triton.cdiv({spec.c_out}, {bn}), 1)"
