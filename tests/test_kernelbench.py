@@ -203,6 +203,20 @@ def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path,
     assert "correct+kernel" in captured.out and "level1" in captured.out
 
 
+@pytest.mark.timeout(300)
+def test_stage_timeouts_reach_the_cpu_pool(bench_dir, tmp_path):
+    """`--timeout correctness=S` bounds the stage in the pool processes of `--jobs 2` too (a whole CNN in the
+    interpreter needs more than the default): here a bound too short for anything."""
+    out = tmp_path / "run"
+    argv = ["kernelbench", str(bench_dir), "--only", "1_relu,1_group_conv", "--device", "cpu", "--jobs", "2",
+            "--out", str(out), "--no-store", "--skip-compile", "--timeout", "correctness=0.001"]
+    assert main(argv) == 0
+    rows = [json.loads(p.read_text()) for p in sorted((out / "files").glob("*.json"))]
+    assert len(rows) == 2
+    for row in rows:
+        assert not row["correct"] and "timed out after" in row["reason"], row["reason"]
+
+
 # ---------------------------------------------------------------------------------------------- viz and notebook
 def _synthetic_report(tmp_path: Path) -> Path:
     rows = [_row("level1/a.py", "level1", eager=2.5, compile_=1.2),

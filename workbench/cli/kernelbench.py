@@ -53,7 +53,7 @@ def cmd_kernelbench(args) -> int:
         raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
     cfg = RunConfig(device="cpu" if name == "cpu" else name, budget_gpu_s=args.budget_gpu_s, strategy=args.strategy,
                     overrides=overrides, jobs=max(1, args.jobs), skip_compile=args.skip_compile,
-                    timeout_s=args.file_timeout_s)
+                    timeout_s=args.file_timeout_s, timeouts=timeouts)
     out = _out_dir(args, name)
     store = open_store(args)
     device = None

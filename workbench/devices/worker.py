@@ -36,7 +36,8 @@ from typing import Any
 _CTX = mp.get_context("spawn")
 _START_LOCK = threading.Lock()  # workers with different environments may start from several threads at once
 OUTPUT_TAIL_BYTES = 4000  # how much of a task's captured stdout/stderr comes back with its answer
-POLL_S = 0.25  # how often the parent looks at the child's memory while it waits
+POLL_S = 0.25  # how often the parent looks at the child's memory and its watchdog window while it waits
+WATCHDOG_LABEL_BYTES = 120  # harness.child.watchdog.LABEL_BYTES
 _warned_isolation: list[str] = []  # the reason isolation is unavailable, said once per process
 
 
@@ -157,7 +158,7 @@ def _isolate(private_dir: str) -> dict[str, Any]:
         return {"active": False, "reason": str(e)}
 
 
-def _child_main(conn, env: dict[str, str]) -> None:
+def _child_main(conn, env: dict[str, str], deadline=None, label=None) -> None:
     os.environ.update(env)
     private_dir = env.get("WORKBENCH_WORKER_DIR")
     isolated: dict[str, Any] = {"active": False, "reason": "no private directory"}
@@ -176,6 +177,9 @@ def _child_main(conn, env: dict[str, str]) -> None:
 
         interpreter_fixes.apply()
     sandbox.snapshot_sensitive()
+    from ..harness.child import watchdog
+
+    watchdog.attach(deadline, label)
     conn.send(("ready", {**sandbox.describe_environment(), "isolation": isolated}))
     while True:
         try:
@@ -197,6 +201,7 @@ def _child_main(conn, env: dict[str, str]) -> None:
             result = fn(progress=lambda payload: conn.send(("stage", payload)), **kwargs)
         except BaseException as e:  # the child must answer whatever the candidate did
             result = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=20)}
+        watchdog.disarm()
         tampered = sandbox.tampered()
         if tampered:
             result["tampered"] = tampered
@@ -221,6 +226,9 @@ class Worker:
         self.restarts = 0
         self.private_dir: Path | None = None
         self.memory_limit = memory_limit_bytes()
+        # the child's watchdog window (harness.child.watchdog): [deadline on the monotonic clock, seconds], a label
+        self._deadline: Any = None
+        self._label: Any = None
         self._lock = threading.Lock()  # one task at a time per child: the pipe carries one conversation
 
     def alive(self) -> bool:
@@ -237,7 +245,10 @@ class Worker:
         level, refused = isolation_level(self.env) if isolation_wanted() else ("none", {})
         env["WORKBENCH_ISOLATION_LEVEL"] = level
         parent, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_child_main, args=(child, env), daemon=True, name=self.name)
+        self._deadline = _CTX.RawArray("d", 2)
+        self._label = _CTX.RawArray("c", WATCHDOG_LABEL_BYTES)
+        self.proc = _CTX.Process(target=_child_main, args=(child, env, self._deadline, self._label), daemon=True,
+                                 name=self.name)
         # The environment is set in the parent while the child starts, not only inside it: a spawned child imports
         # the parent's __main__ first, and a script that imports triton at its top would load it before
         # TRITON_INTERPRET or CUDA_VISIBLE_DEVICES took effect.
@@ -328,13 +339,16 @@ class Worker:
         deadline = t0 + timeout
         cpu_seconds = timeout * max(1, os.cpu_count() or 1)  # every core busy for the whole wall-clock limit
         try:
+            self._deadline[0] = 0.0  # no window left over from a task the child did not finish
             self.conn.send((func_path, kwargs, cpu_seconds))
             while True:
                 left = deadline - time.perf_counter()
-                if left <= 0:
+                overdue = self._overdue()
+                if left <= 0 or overdue:
                     output = self.take_output()
                     self._kill()
-                    return {"timed_out": True, "stage": stage, "error": f"timed out after {timeout:.0f} s",
+                    error = overdue or f"timed out after {timeout:.0f} s"
+                    return {"timed_out": True, "stage": stage, "error": error, "watchdog": bool(overdue),
                             "completed": completed, "output": output, "_wall_s": time.perf_counter() - t0,
                             "_start_s": start_s}
                 if not self.conn.poll(min(left, POLL_S)):
@@ -375,6 +389,14 @@ class Worker:
         result["_wall_s"] = time.perf_counter() - t0
         result["_start_s"] = start_s
         return result
+
+    def _overdue(self) -> str | None:
+        """What the child's watchdog window was for, once it has run out (None while it has not, or none is set)."""
+        due = self._deadline[0] if self._deadline is not None else 0.0
+        if not due or time.monotonic() < due:
+            return None
+        what = bytes(self._label.value).decode("utf-8", "replace") or "the candidate"
+        return f"{what} took over {self._deadline[1]:.0f} s (watchdog)"
 
     def _kill(self) -> None:
         if self.proc is not None and self.proc.is_alive():

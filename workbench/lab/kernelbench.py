@@ -301,11 +301,11 @@ _POOL_DEVICE = None
 
 
 def _pool_check(path: str, seeds: int, overrides: dict[str, str], skip_compile: bool,
-                timeout_s: float | None) -> dict[str, Any]:
+                timeout_s: float | None, timeouts: dict[str, float]) -> dict[str, Any]:
     """One file in a pool process, on that process's own CPU device (kept for the process's next files)."""
     global _POOL_DEVICE
     if _POOL_DEVICE is None:
-        _POOL_DEVICE = LocalDevice("cpu", timeouts=CPU_TIMEOUTS)
+        _POOL_DEVICE = LocalDevice("cpu", timeouts={**CPU_TIMEOUTS, **timeouts})
     return check_file_cpu(Path(path), _POOL_DEVICE, seeds=seeds, overrides=overrides, skip_compile=skip_compile,
                           timeout_s=timeout_s).to_dict()
 
@@ -321,6 +321,7 @@ class RunConfig:
     jobs: int = 1  # CPU mode: files checked at once, each in its own process
     timeout_s: float | None = 120.0  # per file, CPU mode: loading and tracing (each ladder stage has its own)
     skip_compile: bool = False  # CPU mode
+    timeouts: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU mode: stage -> s, over CPU_TIMEOUTS
 
 
 def load_done(out: Path) -> dict[str, FileResult]:
@@ -361,8 +362,8 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
             todo.append(f)
     if cfg.device == "cpu" and cfg.jobs > 1 and len(todo) > 1:
         with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as ex:
-            futs = {ex.submit(_pool_check, str(f), cfg.seeds, cfg.overrides, cfg.skip_compile, cfg.timeout_s): f
-                    for f in todo}
+            futs = {ex.submit(_pool_check, str(f), cfg.seeds, cfg.overrides, cfg.skip_compile, cfg.timeout_s,
+                              cfg.timeouts): f for f in todo}
             for fut in as_completed(futs):
                 f = futs[fut]
                 try:
@@ -376,7 +377,7 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
     else:
         own = None
         if device is None:
-            own = device = LocalDevice("cpu", timeouts=CPU_TIMEOUTS)
+            own = device = LocalDevice("cpu", timeouts={**CPU_TIMEOUTS, **cfg.timeouts})
         try:
             for f in todo:
                 if device.kind == "cpu":

@@ -49,3 +49,31 @@ def measurements_to_reach(scores, true_speedup, target: float) -> int | None:
     _, t = _order(scores, true_speedup)
     hits = np.nonzero(t >= target)[0] if target > 0 else np.nonzero(t > 0)[0]
     return int(hits[0]) + 1 if hits.size else None
+
+
+def headroom_share(scores, true_speedup, default: int, k: int, noise: float = 0.0) -> float:
+    """The share of the pool's headroom over its default candidate that measuring the top-k by score captures, in
+    log2 speedup: (log2 best_found - log2 default) / (log2 pool_best - log2 default), clipped to [0, 1] (a top-k that
+    holds nothing faster than the default captures none of it; a failed candidate is never "found").
+
+    `default` is the position of the default candidate (a search's root); `noise` (log2) the headroom below which
+    there is nothing to capture. NaN when the default failed or the pool's best is within `noise` of the default:
+    such a pool cannot tell surrogates apart, so it is left out of an average, not counted as a success."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    s = np.asarray(scores, dtype=float).ravel()
+    t = np.asarray(true_speedup, dtype=float).ravel()
+    if not 0 <= default < t.size:
+        raise ValueError(f"default position {default} outside a pool of {t.size}")
+    d = t[default]
+    if not (np.isfinite(d) and d > 0):
+        return float("nan")
+    _, ordered = _order(s, t)
+    best = float(ordered.max())
+    head = np.log2(best) - np.log2(d)
+    if not head > max(noise, 0.0):
+        return float("nan")
+    found = float(ordered[:k].max())
+    if found <= 0:
+        return 0.0
+    return float(np.clip((np.log2(found) - np.log2(d)) / head, 0.0, 1.0))

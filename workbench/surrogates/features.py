@@ -33,6 +33,7 @@ from ..core.records import FAIL, PASS
 from ..core.target import H200
 from ..problems import Problem
 from ..problems.analysis import count, roofline_floor
+from .splits import family_from_config, problem_families, problem_levels
 
 FAMILIES = ("attention", "gemm", "row", "scan", "col", "gather", "permute", "elementwise")  # dominance order
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -49,26 +50,6 @@ def _log2(x: Any) -> float:
     except (TypeError, ValueError):
         return math.nan
     return math.log2(x) if x > 0 else math.nan
-
-
-def family_from_config(cfg: Mapping[str, Any]) -> str | None:
-    """A group's family from its config keys alone (when no compiled kernel names it); None when unclear."""
-    k = set(cfg)
-    if {"BM", "BN", "BK"} <= k:
-        return "gemm"
-    if "BLOCK_A" in k:
-        return "permute"
-    if "BLOCK_D" in k:
-        return "gather"
-    if "SPLIT_M" in k:
-        return "col"
-    if {"BLOCK_M", "BLOCK_N"} <= k:
-        return "attention"
-    if "strategy" in k:
-        return "row"  # a scan has the same keys; only its kernel name tells them apart
-    if "PERSISTENT_WAVES" in k:
-        return "elementwise"
-    return None
 
 
 def group_families(choice: Mapping[str, Any], kernels: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
@@ -346,8 +327,8 @@ def features_from_live(problem_info: Mapping[str, Any], candidates: Sequence[Any
     return _frame(rows)
 
 
-META = ("problem", "problem_key", "candidate", "log2_speedup", "failed", "noise_sd", "family", "flops", "min_bytes",
-        "eager_bytes", "compute_dtype")
+META = ("problem", "problem_key", "candidate", "log2_speedup", "failed", "noise_sd", "family", "level", "flops",
+        "min_bytes", "eager_bytes", "compute_dtype")
 NOISE_FLOOR = 0.01  # log2 units; a problem whose noise was not measured (or measured as ~0) gets this
 
 
@@ -382,7 +363,8 @@ def training_table(candidates: pd.DataFrame, problems: pd.DataFrame,
 
     `failed` marks outcome "fails" (log2_speedup NaN); `noise_sd` is the problem's measured run-to-run sd of log2
     speedup, floored at NOISE_FLOOR; `family` is the problem's family: the most common dominant-group family of its
-    candidates (what a held-out-family split holds out). `shapes` adds the problems' tensor shapes (`with_shapes`)
+    candidates, and `level` its KernelBench level ("builtin" for the built-in suite): what the held-out-family and
+    held-out-level splits hold out (the rules: `workbench.surrogates.splits`). `shapes` adds the problems' tensor shapes (`with_shapes`)
     for the size-aware features."""
     if "outcome" not in candidates.columns:
         raise ValueError("candidate rows lack an 'outcome' column (see workbench/store/dataset.py)")
@@ -401,9 +383,8 @@ def training_table(candidates: pd.DataFrame, problems: pd.DataFrame,
     meta["noise_sd"] = sd.astype(float).fillna(NOISE_FLOOR).clip(lower=NOISE_FLOOR).to_numpy()
     for col in ("flops", "min_bytes", "eager_bytes", "compute_dtype"):
         meta[col] = c["problem_key"].map(p[col]).to_numpy() if col in p.columns else np.nan
-    dom = X[[f"dom.is_{f}" for f in FAMILIES]].to_numpy().argmax(axis=1)
-    fam = pd.Series(np.array(FAMILIES)[dom], index=c.index)
-    meta["family"] = meta["problem_key"].map(fam.groupby(meta["problem_key"]).agg(lambda s: s.mode().iloc[0]))
+    meta["family"] = meta["problem_key"].map(problem_families(c)).to_numpy()
+    meta["level"] = meta["problem_key"].map(problem_levels(c, problems)).to_numpy()
     bad = meta.loc[~meta["failed"] & ~np.isfinite(meta["log2_speedup"]), "candidate"]
     if len(bad):
         raise ValueError(f"{len(bad)} rows are 'ok' without a finite log2_speedup (e.g. {bad.iloc[0]})")

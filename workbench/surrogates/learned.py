@@ -41,6 +41,7 @@ from ..metrics.bins import to_bin
 from ..metrics.selectivity import threshold_for_risk
 from ..problems.problem import Problem
 from .features import default_ceilings, feature_columns, features_from_live, live_problem_info
+from .splits import grouped_folds
 
 FORMAT = 1
 N_OUT = len(BINS)
@@ -79,15 +80,6 @@ def offset_variances(residuals, groups) -> tuple[float, float] | None:
     within2 = float(np.average(st["var"], weights=st["count"] - 1))
     tau2 = max(float(st["mean"].var(ddof=1)) - float(np.mean(within2 / st["count"])), 0.0)
     return tau2, max(within2, 1e-6)
-
-
-def grouped_folds(groups, k: int, seed: int = 0) -> np.ndarray:
-    """Fold index per row, whole groups to a fold (groups shuffled by `seed`, dealt round-robin)."""
-    g = np.asarray(groups)
-    uniq = np.array(sorted(set(g)))
-    order = np.random.default_rng(seed).permutation(len(uniq))
-    fold_of = {uniq[j]: i % k for i, j in enumerate(order)}
-    return np.array([fold_of[x] for x in g])
 
 
 def relevance(y: np.ndarray, groups: np.ndarray, failed: np.ndarray, step: float = 0.1, levels: int = 31):

@@ -25,6 +25,7 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
 from ...problems.problem import Problem
+from . import watchdog
 from .sandbox import check_constructor, import_candidate
 
 
@@ -90,21 +91,28 @@ def _describe(kernel, name: str, launch_kwargs: dict[str, Any]) -> dict[str, Any
     return info
 
 
-def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capability: int = 90) -> dict[str, Any]:
-    """Worker-side: trace the candidate's launches on meta tensors and compile each for sm_<capability>."""
+def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capability: int = 90,
+          windows: dict[str, float] | None = None) -> dict[str, Any]:
+    """Worker-side: trace the candidate's launches on meta tensors and compile each for sm_<capability>. `windows`:
+    the watchdog's seconds for tracing ("trace": importing the candidate, ModelNew(...) and its forward on meta, between
+    kernel compiles) and for compiling one kernel ("compile")."""
     progress("compile")
+    windows = windows or {}
     driver.set_active(_StandInDriver(capability))
     compiled: list[dict[str, Any]] = []
     errors: list[str] = []
     orig_run, orig_tuner_run = JITFunction.run, Autotuner.run
 
     def jit_run(self, *args, grid=None, warmup=False, **kwargs):
+        watchdog.overriding(f"compiling kernel {self.__name__} for sm_{capability}", windows.get("compile"))
         try:
             kernel = orig_run(self, *args, grid=grid, warmup=True, **kwargs)
             compiled.append(_describe(kernel, self.__name__, kwargs))
         except Exception as e:  # a compile error is the candidate's fault
             last_line = str(e).strip().splitlines()[-1] if str(e).strip() else ""
             errors.append(f"{self.__name__}: {type(e).__name__}: {last_line}")
+        finally:
+            watchdog.resume()  # back to tracing
         return None
 
     def tuner_run(self, *args, **kwargs):
@@ -126,16 +134,18 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, capab
             return {"kernels": [], "compile_errors": [], "trace_error": None,
                     "problem_meta_error": f"{type(e).__name__}: {str(e).strip()[:300]}",
                     "seconds": time.perf_counter() - t0}
-        cls = import_candidate(cand_path)
-        check_constructor(cls, init)
-        trace_error = None
-        try:
-            with torch.device("meta"):
-                model = cls(*init)
-            with torch.no_grad():
-                model(*inputs)
-        except Exception as e:
-            trace_error = f"{type(e).__name__}: {e}"
+        with watchdog.window("tracing the candidate (import, ModelNew(...), forward on meta tensors)",
+                             windows.get("trace")):
+            cls = import_candidate(cand_path)
+            check_constructor(cls, init)
+            trace_error = None
+            try:
+                with torch.device("meta"):
+                    model = cls(*init)
+                with torch.no_grad():
+                    model(*inputs)
+            except Exception as e:
+                trace_error = f"{type(e).__name__}: {e}"
     finally:
         JITFunction.run, Autotuner.run = orig_run, orig_tuner_run
     return {"kernels": compiled, "compile_errors": errors, "trace_error": trace_error,
