@@ -88,6 +88,27 @@ GOLDEN = {
         "static.py": "cff284781f6f7df3",
         "tolerance.py": "b7a4ae1f7efa7f55",
     },
+    # 5: correctness in two rungs on a device that times (the first seed before quick timing, the rest only for
+    # a promoted candidate, each rung's seeds named in its record); watchdog windows inside a worker (tracing and
+    # constructing a candidate, one call of its forward scaled to the reference's measured time, a kernel compile):
+    # a candidate slower than them now fails as a hang; the reference's forward during timing is the problem's error
+    "5": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "4979a133a9728b25",
+        "child/correctness.py": "b17dd673f96ace02",
+        "child/device_stages.py": "3b28d5db315c04bc",
+        "child/execution.py": "e9e6245e5c21ba01",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/isolation.py": "8da6849a40a1c794",
+        "child/judge.py": "df694b3a7740b7ce",
+        "child/reference_cache.py": "472ff6dbe16fd0a1",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "a9c365a803536f1e",
+        "child/watchdog.py": "1fa577482a152db2",
+        "compile.py": "3faea8ab74bed03e",
+        "static.py": "cff284781f6f7df3",
+        "tolerance.py": "b7a4ae1f7efa7f55",
+    },
 }
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -21,6 +22,7 @@ from workbench.lab.sweep_config import load_sweep
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 REPLAY = ROOT / "experiments" / "replay_sweep.yaml"
+SCREENING = ROOT / "experiments" / "screening_sweep.yaml"  # the main job's (scripts/main.sh)
 
 
 def _needs_papermill():
@@ -165,12 +167,73 @@ def test_report_is_self_contained(report, replay_sweep):
     text = report.read_text()
     parser = Refs()
     parser.feed(text)
-    assert parser.refs == []  # no script, stylesheet or image loaded from anywhere: plotly.js is inlined
-    assert text.count("<script") >= 3 and len(text) > 3_000_000  # plotly.js itself (~4.7 MB) and two figures
-    assert text.count("Plotly.newPlot") == 2  # curves against GPU-seconds and against measurements
+    # no script, stylesheet or image loaded from anywhere (plotly.js is inlined); the only references are links to
+    # the runs' executed notebooks (six in the runs table, the best run's once more), relative to the report
+    links = [v for tag, k, v in parser.refs if tag == "a" and k == "href"]
+    assert len(parser.refs) == len(links) == 7
+    assert all((report.parent / unquote(h)).resolve() == r.dir.resolve() / "notebook.ipynb"
+               for h, r in zip(links, replay_sweep.runs))
+    assert all((report.parent / unquote(h)).is_file() for h in links)
+    assert text.count("<script") >= 4 and len(text) > 3_000_000  # plotly.js itself (~4.7 MB) and three figures
+    assert text.count("window.PlotlyConfig") == 1  # plotly.js once
+    # curves against GPU-seconds and against measurements, the best run's tree (no run screened: no calibration)
+    assert text.count("Plotly.newPlot") == 3 and "The surrogate's calibration" not in text
+    assert "<h2>Failures</h2>" in text and "None: all 6 runs finished ok." in text
+    best = replay_sweep_best(replay_sweep)
+    assert "<h2>The best run's tree</h2>" in text and f"<th>run</th><td>{best}</td>" in text
     assert "6 of 6 runs finished ok" in text and "replay:cuda:NVIDIA H200" in text
     for r in replay_sweep.runs:
         assert r.run_id in text
+
+
+def replay_sweep_best(sweep) -> str:
+    from workbench.lab.runs import load_runs
+
+    return load_runs(sweep.root).best_run()["run_id"]
+
+
+@pytest.fixture(scope="module")
+def screening_sweep(tmp_path_factory):
+    _needs_papermill()
+    out = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        return run_sweep(SCREENING, out_root=out)
+
+
+@pytest.mark.timeout(400)
+def test_main_job_screened_against_unscreened(screening_sweep, tmp_path):
+    """The main job's sweep (scripts/main.sh): the roofline surrogate against none, 3 seeds each, at the same
+    GPU-seconds limit on replay; its report holds both curves and the surrogate's calibration."""
+    from workbench.cli import main
+
+    s = screening_sweep
+    assert len(s.runs) == 6 and len(s.ok) == 6, s.text()
+    assert [r.params["surrogate"] for r in s.runs] == ["none"] * 3 + ["roofline"] * 3
+    for r in s.runs:
+        rep = json.loads((r.dir / "report.json").read_text())
+        assert rep["device"] == "replay:cuda:NVIDIA H200" and rep["problem"].startswith("cross_entropy@")
+        assert rep["gpu_seconds"] < 17.0 and rep["best"]["speedup_vs_eager"] > 2.5  # the same 15 GPU-s limit
+        if r.params["surrogate"] == "roofline":
+            assert rep["surrogate"] == "RooflineSurrogate" and rep["skipped_by_surrogate"] > 0
+        else:
+            assert rep["surrogate"] is None and rep["skipped_by_surrogate"] == 0 and rep["gpu_seconds"] >= 15.0
+    out = tmp_path / "report.html"
+    assert main(["report", str(s.root), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "surrogate=none" in text and "surrogate=roofline" in text
+    assert "<h2>The surrogate's calibration</h2>" in text and 'id="calibration"' in text
+    assert text.count("Plotly.newPlot") == 4 and text.count("window.PlotlyConfig") == 1
+
+
+def test_main_job_runs_the_screening_sweep():
+    script = (ROOT / "scripts" / "main.sh").read_text()
+    assert "experiments/screening_sweep.yaml" in script
+    cfg = load_sweep(SCREENING)
+    assert cfg.grid == {"surrogate": ["none", "roofline"], "seed": [0, 1, 2]}
+    assert cfg.base["budget_gpu_s"] == 15.0 and cfg.base["device"] == "auto" and cfg.base["interactive"] is False
+    r = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "main.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
 
 
 def test_report_command_errors(tmp_path, capsys):

@@ -16,7 +16,7 @@ from workbench import HARNESS_VERSION
 from workbench.core.records import FAIL, PASS, StageRecord
 from workbench.devices.replay import ReplayDevice
 from workbench.harness.budget import Budget
-from workbench.harness.ladder import Ladder
+from workbench.harness.ladder import Ladder, PromotionPolicy
 from workbench.problems import Problem
 from workbench.proposers.offline import OfflineProposer
 from workbench.search import ScreeningConfig, Search, SearchMemory
@@ -172,7 +172,8 @@ def test_memory_round_trip_and_render():
 
 def test_replay_answers_only_recorded_measurements(tmp_path, problem, proposer):
     recorded = Store(tmp_path / "h200.sqlite")
-    ladder = Ladder(RecordingGPU(), store=recorded)
+    # every recorded candidate quick-timed (the first too: not straight to full timing)
+    ladder = Ladder(RecordingGPU(), store=recorded, policy=PromotionPolicy(first_straight_to_full=False))
     cands = proposer.propose(6, seed=5)
     for c in cands[:4]:
         ladder.evaluate(problem, c)

@@ -48,7 +48,7 @@ def proposer(problem):
 
 def _search(problem, proposer, store, strategy, screening=False, **kw):
     """Everything but the proposer's caches built afresh, as a new process would (only the store carries over)."""
-    kw.setdefault("budget", Budget(gpu_seconds=30 * STAGE_GPU_S))  # the budget runs out within the steps
+    kw.setdefault("budget", Budget(gpu_seconds=36 * STAGE_GPU_S))  # the budget runs out within the steps
     if screening:  # explore > 0: the policy's own generator decides too
         kw["screening"] = ScreeningConfig(OracleSurrogate(), SelectivePolicy(tau=0.5, explore=0.5, seed=1),
                                           overgenerate=2)

@@ -171,6 +171,32 @@ def test_devices_and_out_dir(tmp_path):
     assert "best_speedup" not in s.frame().columns  # no search report in this notebook
 
 
+@pytest.mark.timeout(60)
+def test_sweep_progress_as_each_run_ends(tmp_path, capsys):
+    """`run_sweep(progress=...)` hears of each run as it ends (i of the runs to do); `workbench sweep` says so on
+    stderr, a notebook draws it with `workbench.widgets.ItemProgress`."""
+    _needs_papermill()
+    from workbench.cli import main
+    from workbench.widgets import ItemProgress
+
+    (tmp_path / "tiny.py").write_text(TINY)
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("name: tiny\nnotebook: tiny.py\ngrid: {x: [1, 2, 3]}\njobs: 2\n")
+    bar = ItemProgress(desc="sweep tiny")
+    seen = []
+    s = run_sweep(cfg, out_root=tmp_path / "runs", progress=lambda i, n, r: (seen.append((i, n, r.run_id)),
+                                                                              bar(i, n, r)))
+    assert len(s.ok) == 3 and [(i, n) for i, n, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert sorted(rid for _, _, rid in seen) == sorted(r.run_id for r in s.runs)
+    assert [line.split(" s")[0].rsplit("(", 1)[0].strip() for line in bar.lines] == \
+        [f"sweep tiny: {i}/3 ok {rid}" for i, _, rid in seen]
+    assert capsys.readouterr().out.splitlines() == bar.lines  # headless: one printed line a run
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "cli")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" ok ")[0] for line in err if line.startswith("sweep: ")] == ["sweep: 1/3", "sweep: 2/3",
+                                                                                    "sweep: 3/3"]
+
+
 FAILS = '''# %% tags=["parameters"]
 x = 1
 

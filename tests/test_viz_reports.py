@@ -251,3 +251,72 @@ def test_suite_info_on_the_shipped_benchmark(tmp_path):
         reports.suite_benchmark_data(tmp_path / "none.jsonl")
     dataset = viz.get_suite_info(*reports.suite_data())
     assert dataset.speedup_vs_max_autotune is None and "max-autotune" not in dataset.text()
+
+
+# ---------------------------------------------------------------------------------------------- the HTML report
+
+
+def test_sweep_report_failures_best_tree_calibration_and_notebook_links(tmp_path):
+    """The report of a sweep with a screened and an unscreened run (real searches on the replay device, saved by
+    `save_run`) and a failed one: notebook 03's failures table, the best run's tree, the surrogate's calibration on
+    the screened run's forecasts, links to each run's notebook relative to wherever the report is written; plotly.js
+    inlined once, before the first figure."""
+    pytest.importorskip("plotly")
+    from html.parser import HTMLParser
+
+    from workbench.lab.report_html import forecast_rows, sweep_report_html, write_sweep_report
+    from workbench.problems import Problem
+    from workbench.widgets import open_device, open_search
+
+    root = tmp_path / "sw"
+    prob, dev = Problem.load("cross_entropy", []), open_device("replay")
+    base = {"problem": "cross_entropy", "seed": 0}
+    for surrogate in ("none", "roofline"):
+        s = open_search(prob, dev, seed=0, budget_gpu_s=3.0, surrogate=surrogate)
+        s.run(steps=50)
+        d = _fake_run(root, f"surrogate={surrogate}", {**base, "surrogate": surrogate}, "ok")
+        runs.save_run(s, d)
+        (d / "notebook.ipynb").write_text("{}")
+        if surrogate == "roofline":
+            screened = s
+    d = _fake_run(root, "surrogate=learned", {**base, "surrogate": "learned"}, "failed",
+                  error="RuntimeError: no trained surrogate")
+    m = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**m, "traceback": "Traceback ...\nRuntimeError: boom"}))
+    (d / "notebook.ipynb").write_text("{}")  # a sweep keeps a failed run's notebook too
+
+    rows = forecast_rows(screened.events)
+    by_status = screened.report()["by_status"]
+    assert len(rows) == len(screened.tree.nodes) - 1  # every node but the root (never screened) was forecast
+    assert sum(r["status"] == "skipped" for r in rows) == by_status["skipped"] > 0
+    assert all((r["correct"] is None) == (r["status"] == "skipped") for r in rows)
+
+    out = write_sweep_report(root, tmp_path / "elsewhere" / "report.html")
+    text = out.read_text()
+    assert text.count("window.PlotlyConfig") == 1 and text.index("window.PlotlyConfig") < text.index("Plotly.newPlot")
+    assert text.count("Plotly.newPlot") == 4  # two curves, the reliability diagram, the best run's tree
+    assert "<h2>Failures</h2>" in text and "RuntimeError: no trained surrogate" in text and "boom" in text
+    assert "<h2>The best run's tree</h2>" in text and 'id="best-tree"' in text
+    assert "<h2>The surrogate's calibration</h2>" in text and "<td>surrogate=roofline</td>" in text
+
+    class Links(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.hrefs, self.srcs = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.hrefs += [v for k, v in attrs if k == "href"]
+            self.srcs += [v for k, v in attrs if k == "src"]
+
+    links = Links()
+    links.feed(text)
+    assert links.srcs == []  # nothing loaded from anywhere
+    # one link per run in the runs table and one for the best run; relative, and each resolves from the report
+    assert len(links.hrefs) == 4 and all(not h.startswith(("/", "file:", "http")) for h in links.hrefs)
+    from urllib.parse import unquote
+
+    assert all((out.parent / unquote(h)).resolve().is_file() for h in links.hrefs)
+    assert sorted({unquote(h).split("/")[-2] for h in links.hrefs}) == ["surrogate=learned", "surrogate=none",
+                                                                        "surrogate=roofline"]
+    # written beside the runs, the links are the run folders'
+    assert 'href="surrogate=none/notebook.ipynb"' in sweep_report_html(root)

@@ -204,8 +204,16 @@ def _register_surrogate(sub) -> None:
     tr.add_argument("--trees", type=int, default=250, help="trees per LightGBM model")
     tr.set_defaults(func="surrogate:cmd_surrogate_train")
     se = sur_sub.add_parser("eval", help="cross-validated metrics of each surrogate and baseline")
-    se.add_argument("--split", default="problem", choices=["random", "problem", "family"],
-                    help="rows at random, whole problems held out (default), or whole kernel families held out")
+    se.add_argument("--split", default="problem", choices=["random", "problem", "family", "level"],
+                    help="rows at random, whole problems held out (default), whole kernel families held out, or "
+                         "whole KernelBench levels held out (the built-in suite one more group)")
+    se.add_argument("--boot", type=int, default=0, metavar="N",
+                    help="add 95%% bootstrap intervals over problems from N seeded replicates (e.g. 1000)")
+    se.add_argument("--calibration", default="gaussian",
+                    choices=["gaussian", "conformal", "conformal_bound", "all"],
+                    help="the learned surrogate's calibration; all: every mode, trained once per fold")
+    se.add_argument("--max-per-problem", type=int, default=None, metavar="N",
+                    help="keep at most N rows per problem (the default row and a seeded sample of the rest)")
     se.add_argument("--folds", type=int, default=5, help="folds for the random and problem splits")
     se.add_argument("--only", action="append", default=[], metavar="NAME",
                     help="evaluate only this surrogate (learned, roofline, prior, random, oracle, llm); repeatable")

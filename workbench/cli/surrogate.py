@@ -7,9 +7,18 @@ from ..core import paths
 from ..llm import LLMSurrogate
 from ..llm.dataset_eval import llm_factory
 from ..store.dataset import load
-from ..surrogates.evaluate import default_surrogates, evaluate, format_table, jsonable, sample_rows
+from ..surrogates.evaluate import (
+    calibration_variants,
+    default_surrogates,
+    evaluate,
+    format_intervals,
+    format_table,
+    jsonable,
+    sample_rows,
+    subsample,
+)
 from ..surrogates.features import training_table
-from ..surrogates.learned import LearnedSurrogate
+from ..surrogates.learned import CALIBRATIONS, LearnedSurrogate
 
 
 def surrogate_table(data: str | None):
@@ -26,10 +35,19 @@ def cmd_surrogate_train(args) -> int:
 
 def cmd_surrogate_eval(args) -> int:
     """Cross-validated metrics of the learned surrogate, the baselines and (--surrogate llm) Claude on one split of
-    the dataset; with --limit-pairs every one of them is scored on the same seeded sample of pairs."""
+    the dataset; with --limit-pairs every one of them is scored on the same seeded sample of pairs. --boot N adds
+    95 % bootstrap intervals over problems, --calibration all scores the learned surrogate under every calibration
+    mode (trained once per fold), --max-per-problem N subsamples each problem's rows (seeded, default row kept)."""
     cands, problems = load("candidates", args.data), load("problems", args.data)
     table = training_table(cands, problems)
+    per = getattr(args, "max_per_problem", None)
+    if per is not None:
+        table = subsample(table, per, args.seed)
     factories = default_surrogates(args.seed, args.trees)
+    calibration = getattr(args, "calibration", "gaussian")
+    if calibration != "gaussian" and "learned" in factories:
+        modes = CALIBRATIONS if calibration == "all" else (calibration,)
+        factories["learned"] = calibration_variants(args.seed, args.trees, modes)
     known = sorted(set(factories) | {"llm"})
     unknown = set(args.only) - set(known)
     if unknown:
@@ -53,7 +71,8 @@ def cmd_surrogate_eval(args) -> int:
 
         client = args.make_llm_client(None, args.llm_model)
         factories["llm"] = llm_factory(LLMSurrogate(client, repeats=args.repeats), cands)
-    results = evaluate(table, args.split, factories, k=args.folds, seed=args.seed, sample=sample)
+    results = evaluate(table, args.split, factories, k=args.folds, seed=args.seed, sample=sample,
+                       n_boot=getattr(args, "boot", 0))
     if client is not None:
         results["llm"]["llm_calls"] = client.summary()
     if args.json:
@@ -65,6 +84,8 @@ def cmd_surrogate_eval(args) -> int:
           ("" if sample is None else f"; scored on a sample of {len(scored)} pairs over "
                                      f"{scored['problem_key'].nunique()} problems (seed {args.seed})"))
     print(format_table(results))
+    if getattr(args, "boot", 0):
+        print(format_intervals(results))
     if client is not None:
         s = results["llm"]["llm_calls"]
         print(f"llm: {s['calls']} calls, {s['retries']} retries, {results['llm']['unparsed']} unreadable forecasts, "

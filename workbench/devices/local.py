@@ -25,7 +25,16 @@ from ..problems.problem import Problem
 from .worker import Worker
 
 COMPILE_ENV = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "0"}  # compile workers never see a GPU
-DEFAULT_TIMEOUTS = {"compile": 180.0, "correctness": 300.0, "quick_timing": 180.0, "full_timing": 600.0}
+# Seconds per stage (the backstop for a stage's whole work), and the watchdog's windows inside them
+# (harness.child.watchdog): "trace" for importing, constructing and tracing the candidate (between kernel compiles),
+# "call" the floor of one call of its forward on a device (scaled up with the reference's measured time by
+# WATCHDOG_FACTOR); a kernel compile may take "compile" seconds. A hang costs a window, not a stage.
+DEFAULT_TIMEOUTS = {"trace": 20.0, "compile": 180.0, "call": 20.0, "correctness": 300.0, "quick_timing": 180.0,
+                    "full_timing": 600.0}
+# One call of the candidate may take this many times the reference's measured forward when that is over the floor:
+# on a GPU a generous bound for a slow candidate; on the CPU the Triton interpreter runs kernels thousands of times
+# slower than torch runs the reference.
+WATCHDOG_FACTOR = {"cuda": 100.0, "cpu": 5000.0}
 CPU_TIMING_REFUSAL = ("the CPU device does not time kernels: a CPU or interpreter time is not a GPU time. "
                       "Run on a CUDA GPU (--device cuda) for timing")
 
@@ -128,8 +137,14 @@ class LocalDevice:
     def _compile_on(self, worker: Worker, problem: Problem, cand_path: str | Path) -> StageRecord:
         t0 = time.perf_counter()
         result = worker.call("workbench.harness.child.compile_probe:probe", self.timeouts["compile"],
-                             problem=problem_spec(problem), cand_path=str(cand_path))
+                             problem=problem_spec(problem), cand_path=str(cand_path),
+                             windows={"trace": self.timeouts.get("trace"), "compile": self.timeouts["compile"]})
         return compile_stage.judge(result, time.perf_counter() - t0)
+
+    def watch_settings(self) -> dict[str, Any]:
+        """What the device worker's watchdog holds the candidate to (`harness.child.watchdog`)."""
+        return {"construct": self.timeouts.get("trace"), "call": self.timeouts.get("call"),
+                "factor": WATCHDOG_FACTOR[self.kind], "compile": self.timeouts.get("compile")}
 
     def run_stages(self, problem: Problem, cand_path: str | Path, stages: list[str],
                    options: dict[str, Any] | None = None) -> list[StageRecord]:
@@ -148,7 +163,7 @@ class LocalDevice:
                 result = self.worker.call("workbench.harness.child.device_stages:run", timeout,
                                           problem=problem_spec(problem), cand_path=str(cand_path),
                                           device="cuda:0" if self.kind == "cuda" else "cpu",
-                                          stages=stages, options=options or {})
+                                          stages=stages, options=options or {}, watch=self.watch_settings())
                 wall = time.perf_counter() - t0
             records = _records(result, stages, wall, on_gpu=self.kind == "cuda")
         if refused and (not records or records[-1].ok):

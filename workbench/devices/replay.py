@@ -10,6 +10,7 @@ so budgets mean the same as on the GPU. A compile stage with no recording runs f
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -116,7 +117,31 @@ class ReplayDevice:
                     out.append(StageRecord(stage, REFUSED, NOT_MEASURED.format(gpu=self.gpu_name), retry=True))
                 break
             self.answered += 1
-            out.append(StageRecord.from_dict({**rec.to_dict(), "data": {**rec.data, "replayed": True}}))
+            answer = StageRecord.from_dict({**rec.to_dict(), "data": {**rec.data, "replayed": True}})
+            if stage == "correctness" and answer.ok:
+                answer = rung_share(answer, options or {})
+            out.append(answer)
             if not rec.ok:
                 break
         return out
+
+
+def rung_share(rec: StageRecord, options: dict[str, Any]) -> StageRecord:
+    """A recorded correctness pass answering one rung of the ladder's correctness (`seed_start` .. `seed_stop` of
+    `seeds`): the rung's share of the recorded seeds, charged that share of the recorded cost (the recording's cost
+    taken as the same for every seed). The rungs of one candidate add up to the recording. A recorded failure is
+    answered whole at the rung that asks first (the recording's cost, its verdict)."""
+    n = int(options.get("seeds") or 0)
+    start, stop = int(options.get("seed_start") or 0), options.get("seed_stop")
+    stop = n if stop is None else int(stop)
+    if n <= 0 or (start == 0 and stop >= n):
+        return rec
+    recorded = int(rec.data.get("seeds") or n)
+    # this rung's seeds, as a count of the recorded ones: the cheap rung's own, the rest what is left
+    cheap = min(stop, recorded) if start == 0 else min(start, recorded)
+    ran = cheap if start == 0 else recorded - cheap
+    share = ran / recorded if recorded else 0.0
+    reason = (f"replayed: {ran} of the {recorded} recorded seeds ({'cheap rung' if start == 0 else 'the rest'}); "
+              f"{rec.reason}")
+    return dataclasses.replace(rec, reason=reason, cost_s=rec.cost_s * share, gpu_s=rec.gpu_s * share,
+                               data={**rec.data, "seeds": ran, "recorded_seeds": recorded, "replay_share": share})

@@ -45,12 +45,12 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -607,11 +607,14 @@ def _sweep_ray_cluster(ray):
 
 
 def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, out_root: str | Path = "results/runs",
-              only: str | Iterable[str] | None = None) -> SweepSummary:
+              only: str | Iterable[str] | None = None,
+              progress: Callable[[int, int, RunResult], None] | None = None) -> SweepSummary:
     """Run the sweep's notebook once per grid point (`jobs` at once, default the config's), skipping runs already
-    "ok". `only`: run ids or glob patterns (`"seed=0_*"`) selecting some runs. Raises `ConfigError`/`SweepError`
-    before starting anything when the file, a parameter name or the selection is wrong, and `SweepInterrupted`
-    (with the summary) after a SIGTERM or SIGINT, once the children it forwarded the signal to have ended."""
+    "ok". `only`: run ids or glob patterns (`"seed=0_*"`) selecting some runs. `progress(i, n, run)` is called as
+    each of the `n` runs to do ends, in the order they end (`workbench.widgets.ItemProgress` draws it as a bar).
+    Raises `ConfigError`/`SweepError` before starting anything when the file, a parameter name or the selection is
+    wrong, and `SweepInterrupted` (with the summary) after a SIGTERM or SIGINT, once the children it forwarded the
+    signal to have ended."""
     cfg = path_or_cfg if isinstance(path_or_cfg, SweepConfig) else load_sweep(path_or_cfg)
     nb = resolve_notebook(cfg)
     known = check_parameters(cfg, nb)
@@ -660,9 +663,11 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
             with _forward_signals(children), ThreadPoolExecutor(max_workers=jobs) as pool:
                 futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
                                     pass_out_dir, devices, ray_envs.get(s.run_id), children) for s in todo]
-                for f in futs:
+                for i, f in enumerate(as_completed(futs), 1):
                     r = f.result()
                     results[r.run_id] = r
+                    if progress is not None:
+                        progress(i, len(futs), r)
         summary.runs = [results[s.run_id] for s in specs]
         if children.stopped is not None:
             raise SweepInterrupted(children.stopped, summary)

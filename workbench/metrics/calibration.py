@@ -63,12 +63,15 @@ def expected_calibration_error(confidence, correct, n_bins: int = 10, binning: s
     """ECE = sum over bins of (count_b / n) * |accuracy_b - mean confidence_b| (equal-width bins by default,
     equal-mass with binning="mass"; empty bins add nothing). 0 for a perfectly calibrated forecaster; NaN for no
     items."""
-    t = reliability_table(confidence, correct, n_bins, binning)
-    n = int(t["count"].sum())
-    if n == 0:
+    c, y = _conf_correct(confidence, correct)
+    if binning not in ("width", "mass"):
+        raise ValueError(f"binning must be 'width' or 'mass', not {binning!r}")
+    b = _bin_of(c, n_bins) if binning == "width" else _mass_bins(c, n_bins)
+    if not c.size:
         return float("nan")
-    t = t[t["count"] > 0]
-    return float(np.sum(t["count"] / n * np.abs(t["accuracy"] - t["confidence"])))
+    # count_b / n * |accuracy_b - confidence_b| = |sum of correct - sum of confidence in b| / n
+    gap = np.bincount(b, weights=y, minlength=n_bins) - np.bincount(b, weights=c, minlength=n_bins)
+    return float(np.sum(np.abs(gap)) / c.size)
 
 
 def brier_multiclass(probs, true_bins) -> float:

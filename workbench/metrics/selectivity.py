@@ -32,9 +32,7 @@ def risk_coverage(confidence, error) -> pd.DataFrame:
     cs, es = c[order], e[order]
     # each item's error replaced by its tie group's mean
     _, start, counts = np.unique(-cs, return_index=True, return_counts=True)
-    smoothed = es.copy()
-    for s, k in zip(start, counts):
-        smoothed[s:s + k] = es[s:s + k].mean()
+    smoothed = np.repeat(np.add.reduceat(es, start) / counts, counts) if n else es.copy()
     k = np.arange(1, n + 1)
     return pd.DataFrame({"k": k, "coverage": k / n if n else k, "confidence": cs,
                          "risk": np.cumsum(smoothed) / k})

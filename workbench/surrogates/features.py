@@ -33,7 +33,7 @@ from ..core.records import FAIL, PASS
 from ..core.target import H200
 from ..problems import Problem
 from ..problems.analysis import count, roofline_floor
-from .splits import family_from_config, problem_families, problem_levels
+from .splits import candidate_families, family_from_config, problem_families, problem_levels, row_families
 
 FAMILIES = ("attention", "gemm", "row", "scan", "col", "gather", "permute", "elementwise")  # dominance order
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -270,7 +270,8 @@ def _frame(rows: Iterable[dict[str, float]], index=None) -> pd.DataFrame:
 def features_from_rows(candidates: pd.DataFrame, problems: pd.DataFrame,
                        ceilings: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Features of dataset rows (candidates.parquet joined to problems.parquet on problem_key), same index as
-    `candidates`. A candidate whose problem has no row is a ValueError: its problem features would be made up."""
+    `candidates`, plus `kernel_families` (not a feature: see `training_table`). A candidate whose problem has no row
+    is a ValueError: its problem features would be made up."""
     need = {"problem_key", "choice_json", "coverage_flops", "coverage_bytes", "compile_json", "compile_verdict"}
     missing = need - set(candidates.columns)
     if missing:
@@ -287,7 +288,9 @@ def features_from_rows(candidates: pd.DataFrame, problems: pd.DataFrame,
         verdict = verdict if isinstance(verdict, str) else None
         rows.append(candidate_features(probs[key], _loads(cj), {"flops": cf, "bytes": cb}, _loads(comp), verdict,
                                        ceilings))
-    return _frame(rows, index=candidates.index)
+    out = _frame(rows, index=candidates.index)
+    out["kernel_families"] = row_families(candidates)  # not a feature (no "."): what the OOD check compares
+    return out
 
 
 def default_ceilings() -> dict[str, Any] | None:
@@ -316,19 +319,24 @@ def features_from_live(problem_info: Mapping[str, Any], candidates: Sequence[Any
     there is one. A candidate without a recorded choice (an LLM-written module) gets NaN config columns."""
     ceilings = ceilings if ceilings is not None else default_ceilings()
     compile_records = compile_records or {}
-    rows = []
+    rows, fams = [], []
     for cand in candidates:
         origin = dict(cand.origin)
         rec = compile_records.get(cand.hash)
-        rows.append(candidate_features(problem_info, _loads(origin.get("config")),
+        choice = _loads(origin.get("config"))
+        rows.append(candidate_features(problem_info, choice,
                                        {"flops": origin.get("coverage_flops"), "bytes": origin.get("coverage_bytes")},
                                        rec.data if rec is not None else None,
                                        rec.verdict if rec is not None else None, ceilings))
-    return _frame(rows)
+        fams.append("+".join(candidate_families(choice, list(((rec.data if rec is not None else None) or {})
+                                                              .get("kernels") or []))))
+    out = _frame(rows)
+    out["kernel_families"] = fams  # not a feature (no "."): what the OOD check compares with training
+    return out
 
 
-META = ("problem", "problem_key", "candidate", "log2_speedup", "failed", "noise_sd", "family", "level", "flops",
-        "min_bytes", "eager_bytes", "compute_dtype")
+META = ("problem", "problem_key", "candidate", "log2_speedup", "failed", "noise_sd", "family", "level",
+        "kernel_families", "flops", "min_bytes", "eager_bytes", "compute_dtype")
 NOISE_FLOOR = 0.01  # log2 units; a problem whose noise was not measured (or measured as ~0) gets this
 
 
@@ -364,8 +372,9 @@ def training_table(candidates: pd.DataFrame, problems: pd.DataFrame,
     `failed` marks outcome "fails" (log2_speedup NaN); `noise_sd` is the problem's measured run-to-run sd of log2
     speedup, floored at NOISE_FLOOR; `family` is the problem's family: the most common dominant-group family of its
     candidates, and `level` its KernelBench level ("builtin" for the built-in suite): what the held-out-family and
-    held-out-level splits hold out (the rules: `workbench.surrogates.splits`). `shapes` adds the problems' tensor shapes (`with_shapes`)
-    for the size-aware features."""
+    held-out-level splits hold out (the rules: `workbench.surrogates.splits`); `kernel_families` the row's own
+    groups' families ("gemm+elementwise": what the OOD check compares with training). `shapes` adds the problems'
+    tensor shapes (`with_shapes`) for the size-aware features."""
     if "outcome" not in candidates.columns:
         raise ValueError("candidate rows lack an 'outcome' column (see workbench/store/dataset.py)")
     c = candidates[candidates["outcome"].isin(["ok", "fails"])]
@@ -383,7 +392,9 @@ def training_table(candidates: pd.DataFrame, problems: pd.DataFrame,
     meta["noise_sd"] = sd.astype(float).fillna(NOISE_FLOOR).clip(lower=NOISE_FLOOR).to_numpy()
     for col in ("flops", "min_bytes", "eager_bytes", "compute_dtype"):
         meta[col] = c["problem_key"].map(p[col]).to_numpy() if col in p.columns else np.nan
-    meta["family"] = meta["problem_key"].map(problem_families(c)).to_numpy()
+    fams = X.pop("kernel_families")
+    meta["kernel_families"] = fams.to_numpy()
+    meta["family"] = meta["problem_key"].map(problem_families(c, fams)).to_numpy()
     meta["level"] = meta["problem_key"].map(problem_levels(c, problems)).to_numpy()
     bad = meta.loc[~meta["failed"] & ~np.isfinite(meta["log2_speedup"]), "candidate"]
     if len(bad):

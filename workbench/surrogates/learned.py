@@ -14,10 +14,26 @@ Components, all on `workbench.surrogates.features` columns:
   probability through isotonic regression on whether the argmax was right (for new problems only sigma is scaled:
   a map fitted on a few training problems does not transfer; results/surrogates/report.md, the `learned+iso_new`
   ablation).
+- conformal calibration (`calibration="conformal"` or `"conformal_bound"`; `"gaussian"`, the above, by default): the
+  9 probabilities from each regime's empirical distribution of standardised out-of-fold residuals
+  z = (measured - mu) / sigma instead of the Gaussian (a split-conformal predictive distribution:
+  F(t) = (n F_n(t) + Phi(t)) / (n + 1), F_n the interpolated empirical CDF of the regime's n scores, Phi one
+  pseudo-score spread as a standard normal so no bin is impossible). "conformal_bound" keeps scores per regime and
+  per problem bound (memory / compute: a GEMM's errors are not an elementwise chain's), a stratum with fewer than
+  `MIN_STRATUM` scores from 3 problems falling back to its regime's. The top-label maps are fitted on the chosen
+  mode's probabilities. All modes are fitted at once; `with_calibration(mode)` answers in another one without
+  retraining (how evaluations compare them on held-out problems).
 - out-of-distribution check: how far a candidate's standardised features lie outside the training range
   (`Distances.excess`), in units of what 95 % of held-out training problems stay within; beyond 1 (farther out than
   anything calibration saw) the forecast is mixed towards the training outcome frequencies, weight
   1 - exp(-(ood - 1)), so its confidence falls and the selective policy defers to the GPU.
+- novelty of a whole problem (`novelty`, and the `problem_ood` / `unlike` columns of `predict_frame`): the same
+  range excess over the problem-level columns only (sizes, FLOPs, bytes, intensity, dtype: `PROBLEM_PREFIXES`), in
+  units of what 95 % of inner held-out training problems stay within; a problem is *unlike the training data* when
+  that exceeds 1, when its candidates use a kernel family no training candidate used (their config columns are
+  then invisible to the trees), or when most of its candidates have ood > 1. Its forecasts say so
+  (`SurrogateForecast.unlike`, and the reasoning names why), and `SelectivePolicy` defers them to the GPU instead
+  of trusting their confidence. The probabilities themselves are unchanged by this flag.
 
 A row's regime is "known" when its `problem_key` is a training problem's (no key: "new"). Forecasts are
 `from_log2(mu, sigma, p_fail)` (batched in `_probs`) followed by the two adjustments; `predict_frame` answers the raw
@@ -25,6 +41,7 @@ parts (score, mu, sigma, p_fail, ood) next to the 9 probabilities.
 """
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import time
@@ -41,18 +58,41 @@ from ..metrics.bins import to_bin
 from ..metrics.selectivity import threshold_for_risk
 from ..problems.problem import Problem
 from .features import default_ceilings, feature_columns, features_from_live, live_problem_info
+from .forecast import SurrogateForecast
 from .splits import grouped_folds
 
 FORMAT = 1
 N_OUT = len(BINS)
 OBSERVE_SIM = 3  # observed candidates per problem in the simulation that fits the "observed" regime's sigma
 OBSERVE_MAP = (1, 2, 3, 5, 8)  # ... and those its top-label map is fitted over
+CALIBRATIONS = ("gaussian", "conformal", "conformal_bound")
+MIN_STRATUM = 200  # scores (from >= 3 problems) a "conformal_bound" stratum needs to stand on its own
+PROBLEM_PREFIXES = ("p.", "s.")  # feature columns that describe the problem, not the candidate
+MOSTLY_OOD = 0.5  # a problem whose share of candidates with ood > 1 exceeds this is unlike the training data
+
+
+def conformal_cdf(scores: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """F(t) = (n F_n(t) + Phi(t)) / (n + 1): F_n the empirical CDF of the sorted `scores` (linear between order
+    statistics at plotting positions (i + 0.5) / n), Phi one standard-normal pseudo-score."""
+    from scipy.special import ndtr
+
+    n = len(scores)
+    t = np.asarray(t, float)
+    if not n:
+        return ndtr(t)
+    fn = np.interp(t, scores, (np.arange(n) + 0.5) / n, left=0.0, right=1.0)
+    return (n * fn + ndtr(t)) / (n + 1)
 
 
 def lgb_params(seed: int, n_estimators: int, learning_rate: float) -> dict[str, Any]:
     return dict(n_estimators=n_estimators, learning_rate=learning_rate, num_leaves=31, min_child_samples=10,
                 subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0, random_state=seed,
                 verbose=-1, n_jobs=1)  # one thread: on 2 shared cores OpenMP spinning costs more than it gains
+
+
+def _families(value: Any) -> list[str]:
+    """The kernel families of a `kernel_families` cell ("conv+elementwise"; empty for none or unknown)."""
+    return [f for f in value.split("+") if f] if isinstance(value, str) else []
 
 
 def fit_sigma(res: np.ndarray, bag_sd: np.ndarray,
@@ -197,7 +237,11 @@ class LearnedSurrogate:
 
     def __init__(self, n_bags: int = 5, n_estimators: int = 250, learning_rate: float = 0.05, inner_folds: int = 4,
                  fail_penalty: float = 4.0, isotonic_new: bool = False, seed: int = 0,
-                 ceilings: Mapping[str, Any] | None = None, compile_records: Mapping[str, Any] | None = None):
+                 ceilings: Mapping[str, Any] | None = None, compile_records: Mapping[str, Any] | None = None,
+                 calibration: str = "gaussian"):
+        if calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}, not {calibration!r}")
+        self.calibration = calibration
         self.n_bags, self.n_estimators, self.learning_rate = n_bags, n_estimators, learning_rate
         self.inner_folds, self.fail_penalty, self.seed = inner_folds, fail_penalty, seed
         self.isotonic_new = isotonic_new  # top-label isotonic for new problems too (off: see the module docstring)
@@ -226,6 +270,8 @@ class LearnedSurrogate:
         regimes = [np.random.default_rng(self.seed).permutation(np.arange(len(y)) % self.inner_folds)]
         if n_groups >= 3:
             regimes.insert(0, grouped_folds(groups, min(self.inner_folds, n_groups), self.seed))
+        self.problem_columns = [c for c in self.columns if c.startswith(PROBLEM_PREFIXES)]
+        strata = self._strata(X)
         cal = []
         for r, folds in enumerate(regimes):
             for f in np.unique(folds):
@@ -237,7 +283,9 @@ class LearnedSurrogate:
                 dist = Distances(X[tr])
                 part = core.predict(X[te])
                 part.update(excess=dist.excess(X[te]), y=y[te], failed=failed[te], group=groups[te],
-                            new_problem=np.full(int(te.sum()), r == 0 and n_groups >= 3))
+                            new_problem=np.full(int(te.sum()), r == 0 and n_groups >= 3), stratum=strata[te],
+                            p_excess=Distances(X.loc[tr, self.problem_columns]).excess(
+                                X.loc[te, self.problem_columns]))
                 cal.append(part)
         cal = {k: np.concatenate([c[k] for c in cal]) for k in cal[0]}
         self._calibrate(cal)
@@ -246,8 +294,17 @@ class LearnedSurrogate:
         self.distances = Distances(X)
         self.prior = (np.bincount(to_bin(y, failed), minlength=N_OUT) + 1.0) / (len(y) + N_OUT)
         self.n_train, self.train_problems = len(y), sorted(set(groups))
+        self.problem_distances = Distances(X[self.problem_columns])
+        self.train_families = (sorted({f for v in table["kernel_families"] for f in _families(v)})
+                               if "kernel_families" in table.columns else None)
         self.fit_seconds = time.perf_counter() - t0
         return self
+
+    def _strata(self, X: pd.DataFrame) -> np.ndarray:
+        """The "conformal_bound" stratum of each row: 1 for a compute-bound problem, else 0."""
+        if "p.compute_bound" not in X.columns:
+            return np.zeros(len(X), int)
+        return (X["p.compute_bound"].to_numpy(float) == 1).astype(int)
 
     def _xy(self, table: pd.DataFrame):
         X = table[self.columns].astype(float)
@@ -277,6 +334,7 @@ class LearnedSurrogate:
             right = probs.argmax(1) == to_bin(y[rows], failed[rows])
             self.conf_maps[regime] = IsotonicMap(probs.max(1), right.astype(float), lo=0.0,
                                                  hi=1 - 2.0 / max(int(rows.sum()), 4))
+        self._calibrate_conformal(cal)
         # how a new problem's residuals split into one shared offset and the rest: what `observe` shrinks towards
         if new.any():
             self.offset_prior = offset_variances(y[new & ~failed] - cal["mu"][new & ~failed],
@@ -285,6 +343,77 @@ class LearnedSurrogate:
                 self._calibrate_observed(cal)
         # the OOD unit: the range excess that 95 % of held-out training problems stay within (at least 1 scale)
         self.excess_ref = max(float(np.quantile(cal["excess"][new], 0.95)) if new.any() else 1.0, 1.0)
+        # ... and, over the problem columns only, per held-out problem (each problem's rows share the value)
+        if new.any():
+            per = pd.Series(cal["p_excess"][new]).groupby(cal["group"][new]).max()
+            self.problem_excess_ref = max(float(np.quantile(per.to_numpy(), 0.95)), 1.0)
+        else:
+            self.problem_excess_ref = 1.0
+
+    def _conformal_scores(self, z: np.ndarray, strata: np.ndarray, groups: np.ndarray) -> dict[Any, np.ndarray]:
+        """{None: every score sorted, stratum: that stratum's sorted scores where it has enough of its own}."""
+        out: dict[Any, np.ndarray] = {None: np.sort(z)}
+        for st in np.unique(strata):
+            m = strata == st
+            if m.sum() >= MIN_STRATUM and len(set(groups[m])) >= 3:
+                out[int(st)] = np.sort(z[m])
+        return out
+
+    def _calibrate_conformal(self, cal: dict[str, np.ndarray]) -> None:
+        """Per conformal mode: the regimes' standardised residuals ("known", "new"; "observed" in
+        `_calibrate_observed`), the top-label maps refitted on that mode's probabilities, and the validation
+        forecasts of held-out problems (what `tau` reads)."""
+        y, failed, new = cal["y"], cal["failed"], cal["new_problem"]
+        self.conformal: dict[str, dict[str, Any]] = {}
+        for mode in CALIBRATIONS[1:]:
+            scores: dict[str, dict[Any, np.ndarray]] = {}
+            for regime, rows in (("known", ~new), ("new", new if new.any() else ~new)):
+                ok = rows & ~failed
+                sig = self._sigma(cal["bag_sd"][ok], np.full(int(ok.sum()), regime == "known"))
+                z = (y[ok] - cal["mu"][ok]) / sig
+                st = cal["stratum"][ok] if mode == "conformal_bound" else np.zeros(int(ok.sum()), int)
+                scores[regime] = self._conformal_scores(z, st, cal["group"][ok])
+            self.conformal[mode] = {"scores": scores, "maps": {}}
+            for regime, rows in (("known", ~new), ("new", new)):
+                if not rows.any() or (regime == "new" and not self.isotonic_new):
+                    continue
+                probs = self._bin_probs(cal["mu"][rows], self._sigma(cal["bag_sd"][rows], np.full(
+                    int(rows.sum()), regime == "known")), self.fail_map(cal["p_fail"][rows]), regime,
+                    cal["stratum"][rows], mode)
+                right = probs.argmax(1) == to_bin(y[rows], failed[rows])
+                self.conformal[mode]["maps"][regime] = IsotonicMap(probs.max(1), right.astype(float), lo=0.0,
+                                                                   hi=1 - 2.0 / max(int(rows.sum()), 4))
+
+    def _bin_probs(self, mu, sigma, p_fail, regime: str, strata=None, mode: str | None = None) -> np.ndarray:
+        """(n, 9) probabilities of rows of one regime under a calibration mode (default: this surrogate's)."""
+        mode = mode or getattr(self, "calibration", "gaussian")
+        if mode == "gaussian":
+            return self._probs(mu, sigma, p_fail)
+        scores = self.conformal[mode]["scores"].get(regime) or self.conformal[mode]["scores"]["new"]
+        mu, sigma, p_fail = (np.asarray(v, float) for v in (mu, sigma, p_fail))
+        strata = np.zeros(len(mu), int) if strata is None or mode != "conformal_bound" else np.asarray(strata)
+        cdf = np.empty((len(mu), len(EDGES)))
+        for st in np.unique(strata):
+            m = strata == st
+            sc = scores.get(int(st), scores[None])
+            cdf[m] = conformal_cdf(sc, (np.asarray(EDGES)[None, :] - mu[m, None]) / sigma[m, None])
+        cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
+        return np.hstack([np.clip(np.diff(cdf, axis=1), 0.0, None) * (1 - p_fail)[:, None], p_fail[:, None]])
+
+    def _maps(self) -> dict[str, "IsotonicMap"]:
+        mode = getattr(self, "calibration", "gaussian")
+        return self.conf_maps if mode == "gaussian" else self.conformal[mode]["maps"]
+
+    def with_calibration(self, mode: str) -> "LearnedSurrogate":
+        """This trained surrogate answering in another calibration mode (a shallow copy: the models are shared)."""
+        if mode not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}, not {mode!r}")
+        if mode != "gaussian" and mode not in getattr(self, "conformal", {}):
+            raise ValueError(f"this surrogate was trained without {mode!r} calibration: retrain it")
+        out = copy.copy(self)
+        out.calibration = mode
+        out._observed = {k: list(v) for k, v in getattr(self, "_observed", {}).items()}
+        return out
 
     def _calibrate_observed(self, cal: dict[str, np.ndarray]) -> None:
         """The "observed" regime: a new problem after some of its candidates were measured. Simulated on the held-out
@@ -319,15 +448,21 @@ class LearnedSurrogate:
             return
         mu_c, sd, ff = mu[rows] + offset, cal["bag_sd"][rows], failed[rows]
         self.sigma_ab["observed"] = fit_sigma(y[rows][~ff] - mu_c[~ff], sd[~ff], alphas=(0.0, 0.5, 1.0, 2.0, 4.0))
-        top, right = [], []
-        for n in OBSERVE_MAP:
-            rows, offset = simulate(n)
-            probs = self._probs(mu[rows] + offset, self._sigma_observed(cal["bag_sd"][rows], n),
-                                self.fail_map(cal["p_fail"][rows]))
-            top.append(probs.max(1))
-            right.append(probs.argmax(1) == to_bin(y[rows], failed[rows]))
-        top, right = np.concatenate(top), np.concatenate(right)
-        self.conf_maps["observed"] = IsotonicMap(top, right.astype(float), lo=0.0, hi=1 - 2.0 / max(len(top), 4))
+        z = (y[rows][~ff] - mu_c[~ff]) / self._sigma_observed(sd[~ff], OBSERVE_SIM)
+        for mode in CALIBRATIONS[1:]:
+            st = cal["stratum"][rows][~ff] if mode == "conformal_bound" else np.zeros(int((~ff).sum()), int)
+            self.conformal[mode]["scores"]["observed"] = self._conformal_scores(z, st, cal["group"][rows][~ff])
+        sims = [(n, *simulate(n)) for n in OBSERVE_MAP]
+        for mode in CALIBRATIONS:
+            top, right = [], []
+            for n, rows, offset in sims:
+                probs = self._bin_probs(mu[rows] + offset, self._sigma_observed(cal["bag_sd"][rows], n),
+                                        self.fail_map(cal["p_fail"][rows]), "observed", cal["stratum"][rows], mode)
+                top.append(probs.max(1))
+                right.append(probs.argmax(1) == to_bin(y[rows], failed[rows]))
+            top, right = np.concatenate(top), np.concatenate(right)
+            m = IsotonicMap(top, right.astype(float), lo=0.0, hi=1 - 2.0 / max(len(top), 4))
+            (self.conf_maps if mode == "gaussian" else self.conformal[mode]["maps"])["observed"] = m
 
     def _sigma_observed(self, bag_sd, n: int) -> np.ndarray:
         """sigma after n observed candidates: the simulated regime's width, with the offset's posterior variance
@@ -343,15 +478,27 @@ class LearnedSurrogate:
         `tau()` reads."""
         new = cal["new_problem"] if cal["new_problem"].any() else ~cal["new_problem"]
         known = np.zeros(int(new.sum()), bool)
-        probs = self._probs(cal["mu"][new], self._sigma(cal["bag_sd"][new], known), self.fail_map(cal["p_fail"][new]))
-        probs = self._recalibrate(probs, ~known, "new")
-        self.validation = {"confidence": probs.max(1),
-                           "wrong": (probs.argmax(1) != to_bin(cal["y"][new], cal["failed"][new])).astype(float)}
+        active = getattr(self, "calibration", "gaussian")
+        try:
+            for mode in CALIBRATIONS:
+                self.calibration = mode
+                probs = self._bin_probs(cal["mu"][new], self._sigma(cal["bag_sd"][new], known),
+                                        self.fail_map(cal["p_fail"][new]), "new", cal["stratum"][new])
+                probs = self._recalibrate(probs, ~known, "new")
+                v = {"confidence": probs.max(1),
+                     "wrong": (probs.argmax(1) != to_bin(cal["y"][new], cal["failed"][new])).astype(float)}
+                if mode == "gaussian":
+                    self.validation = v
+                else:
+                    self.conformal[mode]["validation"] = v
+        finally:
+            self.calibration = active
 
     def tau(self, max_risk: float = 0.3) -> float:
         """The selective policy's threshold, from the risk-coverage curve of held-out-problem forecasts: the lowest
         confidence whose accepted forecasts have a bin-error rate <= max_risk (+inf: defer everything)."""
-        v = getattr(self, "validation", None)
+        mode = getattr(self, "calibration", "gaussian")
+        v = getattr(self, "validation", None) if mode == "gaussian" else self.conformal[mode].get("validation")
         if v is None:
             raise ValueError("this surrogate kept no validation forecasts: retrain it to derive tau")
         return float(threshold_for_risk(v["confidence"], v["wrong"], max_risk))
@@ -420,12 +567,13 @@ class LearnedSurrogate:
         to fill the rest, never so low that another outcome overtakes the argmax."""
         out = probs.copy()
         idx = np.nonzero(rows)[0]
-        if not idx.size or regime not in self.conf_maps:
+        maps = self._maps()
+        if not idx.size or regime not in maps:
             return out
         top = probs[idx].argmax(1)
         p = probs[idx, top]
         second = np.sort(probs[idx], axis=1)[:, -2]
-        new = np.clip(self.conf_maps[regime](p), second / np.maximum(1 - p + second, 1e-12), 1.0)
+        new = np.clip(maps[regime](p), second / np.maximum(1 - p + second, 1e-12), 1.0)
         rest = np.where(p < 1, (1 - new) / np.maximum(1 - p, 1e-12), 0.0)
         out[idx] *= rest[:, None]
         out[idx, top] = new
@@ -443,7 +591,8 @@ class LearnedSurrogate:
         return np.hstack([np.diff(cdf, axis=1) * (1 - p_fail)[:, None], p_fail[:, None]])
 
     def predict_frame(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Per row: score (within-problem order, higher first), mu, sigma, p_fail, ood, confidence and p0..p8."""
+        """Per row: score (within-problem order, higher first), mu, sigma, p_fail, ood, problem_ood, unlike (the
+        row's problem is unlike the training data: `novelty`), confidence and p0..p8."""
         if self.core is None:
             raise ValueError("the surrogate is not trained: call fit() or LearnedSurrogate.load()")
         X = table.reindex(columns=self.columns).astype(float)
@@ -456,22 +605,90 @@ class LearnedSurrogate:
                 if "problem_key" in table.columns else np.zeros(len(table), bool))
         pf = np.clip(self.fail_map(raw["p_fail"]), 0.0, 1.0)
         ood = self.distances.excess(X) / self.excess_ref
-        probs = self._recalibrate(self._probs(mu, sigma, pf), known, "known")
+        strata = self._strata(X)
+        probs = np.empty((len(X), N_OUT))
+        for regime, rows in (("known", known), ("observed", seen), ("new", ~known & ~seen)):
+            if rows.any():
+                probs[rows] = self._bin_probs(mu[rows], sigma[rows], pf[rows], regime, strata[rows])
+        probs = self._recalibrate(probs, known, "known")
         probs = self._recalibrate(probs, seen, "observed")
         probs = self._recalibrate(probs, ~known & ~seen, "new")
         w = 1 - np.exp(-np.maximum(ood - 1, 0))  # beyond anything calibration saw: towards the training frequencies
         probs = (1 - w)[:, None] * probs + w[:, None] * self.prior[None, :]
+        nov = self._novelty_rows(table, X, ood)
         out = pd.DataFrame({"score": raw["rel"] - self.fail_penalty * pf, "mu": mu, "sigma": sigma,
-                            "p_fail": pf, "ood": ood, "confidence": probs.max(1)}, index=table.index)
+                            "p_fail": pf, "ood": ood, "problem_ood": nov["problem_ood"], "unlike": nov["unlike"],
+                            "confidence": probs.max(1)}, index=table.index)
         for i in range(N_OUT):
             out[f"p{i}"] = probs[:, i]
+        out["novelty"] = nov["why"]
         return out
 
+    # ---- novelty of a whole problem ----
+    def _novelty_rows(self, table: pd.DataFrame, X: pd.DataFrame, ood: np.ndarray) -> dict[str, np.ndarray]:
+        """Per row, its problem's problem_ood, unlike flag and the reason (see the module docstring)."""
+        n = len(X)
+        pd_ = getattr(self, "problem_distances", None)
+        if pd_ is None:  # saved before novelty existed: the row-level check only
+            return {"problem_ood": np.zeros(n), "unlike": ood > 1, "why": np.where(ood > 1, "candidate ood > 1", "")}
+        P = X[self.problem_columns]
+        S = pd_._s(P)
+        with np.errstate(invalid="ignore"):
+            ex = np.maximum(np.maximum(S - pd_.hi, pd_.lo - S), 0.0)
+        ex = np.where(np.isnan(pd_.lo)[None, :] & ~np.isnan(S), Distances.UNSEEN, np.nan_to_num(ex))
+        p_ood = (ex.max(1) if ex.shape[1] else np.zeros(n)) / self.problem_excess_ref
+        worst = ex.argmax(1) if ex.shape[1] else np.zeros(n, int)
+        keys = table["problem_key"].to_numpy() if "problem_key" in table.columns else np.arange(n)
+        fams = (table["kernel_families"].to_numpy() if "kernel_families" in table.columns
+                else np.full(n, None, object))
+        train_fams = set(self.train_families) if getattr(self, "train_families", None) is not None else None
+        p_out, unlike, why = np.zeros(n), np.zeros(n, bool), np.full(n, "", object)
+        for key in pd.unique(keys):
+            m = keys == key
+            reasons = []
+            po = float(p_ood[m].max())
+            if po > 1:
+                i = np.nonzero(m)[0][int(p_ood[m].argmax())]
+                reasons.append(f"{self.problem_columns[worst[i]]} lies {ex[i, worst[i]]:.1f} scale units outside the "
+                               f"training problems' range (problem ood {po:.2f})")
+            if train_fams is not None:
+                unseen = sorted({f for v in fams[m] for f in _families(v)} - train_fams)
+                if unseen:
+                    reasons.append(f"kernel famil{'ies' if len(unseen) > 1 else 'y'} {', '.join(unseen)} never seen "
+                                   "in training")
+            share = float((ood[m] > 1).mean())
+            if share > MOSTLY_OOD:
+                reasons.append(f"{share:.0%} of its candidates lie outside the training candidates' range")
+            p_out[m], unlike[m], why[m] = po, bool(reasons), "; ".join(reasons)
+        return {"problem_ood": p_out, "unlike": unlike, "why": why}
+
+    def novelty(self, table: pd.DataFrame) -> pd.DataFrame:
+        """One row per problem of a features table: problem_ood (problem columns' range excess in units of what 95 %
+        of held-out training problems stay within), the share of its candidates with ood > 1, `unlike` (unlike the
+        training data: problem_ood > 1, a kernel family no training candidate used, or most candidates out of range)
+        and `why`, the reason in words."""
+        pred = self.predict_frame(table)
+        keys = table["problem_key"] if "problem_key" in table.columns else pd.Series("?", index=table.index)
+        df = pd.DataFrame({"problem_key": keys.to_numpy(), "problem_ood": pred["problem_ood"].to_numpy(),
+                           "ood": pred["ood"].to_numpy(), "unlike": pred["unlike"].to_numpy(),
+                           "why": pred["novelty"].to_numpy()})
+        return df.groupby("problem_key", sort=True).agg(
+            problem_ood=("problem_ood", "max"), candidates=("ood", "size"),
+            ood_share=("ood", lambda v: float((v > 1).mean())), unlike=("unlike", "max"),
+            why=("why", "first")).reset_index()
+
     def forecasts_from_frame(self, pred: pd.DataFrame) -> list[Forecast]:
-        return [Forecast(tuple(r[f"p{i}"] for i in range(N_OUT)),
-                         reasoning=f"learned: mu {r['mu']:+.2f} log2, sigma {r['sigma']:.2f}, p_fail "
-                                   f"{r['p_fail']:.2f}, ood {r['ood']:.2f}, score {r['score']:+.2f}")
-                for _, r in pred.iterrows()]
+        out = []
+        for _, r in pred.iterrows():
+            unlike = bool(r.get("unlike", False))
+            why = str(r.get("novelty", "") or "")
+            out.append(SurrogateForecast(
+                tuple(r[f"p{i}"] for i in range(N_OUT)),
+                reasoning=f"learned: mu {r['mu']:+.2f} log2, sigma {r['sigma']:.2f}, p_fail {r['p_fail']:.2f}, ood "
+                          f"{r['ood']:.2f}, score {r['score']:+.2f}" + (f"; unlike the training data: {why}"
+                                                                        if unlike else ""),
+                ood=float(max(r["ood"], r.get("problem_ood", 0.0))), unlike=unlike))
+        return out
 
     def forecast_frame(self, problem: Problem, candidates: list[Candidate]) -> pd.DataFrame:
         """`predict_frame` for live candidates (the point estimate mu and the ranking score next to the 9

@@ -9,6 +9,11 @@ Per candidate, one of:
   confidently wrong gets caught: floor(explore * slots) slots are set aside for them before the rest is allotted.
 - "skip": confident losers (confidence >= tau, expected log2 speedup <= min_gain), and whatever did not fit.
 
+A forecast for a problem unlike the surrogate's training data (`SurrogateForecast.unlike`: the learned surrogate's
+novelty check) is never confident, whatever its top probability: its confidence was calibrated on problems like the
+training ones, so it is deferred to the GPU -- it competes for the slots with the other unsure ones, most promising
+first, and is never skipped as a confident loser (`defer_unlike=False` trusts it like any other).
+
 A forecast that carries no information (unparsed -- an unreadable reply or a failed call -- or exactly uniform) is never
 skipped, whatever the slots: it is deferred to the GPU, outside the slot count, since nothing justifies dropping it.
 Otherwise at most `slots` candidates are measured (measure + defer + explore). Confidence is `Forecast.confidence` (the
@@ -33,7 +38,8 @@ MEASURE, DEFER, SKIP, EXPLORE = Decision.MEASURE, Decision.DEFER, Decision.SKIP,
 
 
 class SelectivePolicy:
-    def __init__(self, tau: float, explore: float = 0.1, seed: int = 0, min_gain: float = 0.0):
+    def __init__(self, tau: float, explore: float = 0.1, seed: int = 0, min_gain: float = 0.0,
+                 defer_unlike: bool = True):
         if not 0.0 <= explore <= 1.0:
             raise ValueError("explore must be in [0, 1]")
         if tau != tau:
@@ -42,6 +48,7 @@ class SelectivePolicy:
         self.explore = explore
         self.seed = seed
         self.min_gain = min_gain
+        self.defer_unlike = defer_unlike
         self._rng = np.random.default_rng(seed)
 
     @classmethod
@@ -55,8 +62,12 @@ class SelectivePolicy:
         """Whether a forecast says anything: parsed, and not the same probability on every outcome."""
         return f.parsed and max(f.probs) - min(f.probs) > 1e-9
 
+    def unlike(self, f: Forecast) -> bool:
+        """Whether the forecast says its problem is unlike the surrogate's training data (and the policy heeds it)."""
+        return getattr(self, "defer_unlike", True) and bool(getattr(f, "unlike", False))
+
     def confident(self, f: Forecast) -> bool:
-        return f.confidence >= self.tau
+        return f.confidence >= self.tau and not self.unlike(f)
 
     def decide(self, forecasts: Sequence[Forecast], slots: int) -> list[Decision]:
         """One decision per forecast, in order (see the module docstring)."""

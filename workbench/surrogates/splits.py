@@ -90,16 +90,29 @@ def kernel_family(kernel_name: str) -> tuple[str, str] | None:
     return (m.group(1), fam) if fam else None
 
 
-def candidate_family(choice: Mapping[str, Any] | None, kernels: Sequence[Mapping[str, Any]]) -> str | None:
-    """The dominant family of one candidate (see the module docstring); None when no group's family is known."""
+def candidate_families(choice: Mapping[str, Any] | None, kernels: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The families of one candidate's groups, in `DOMINANCE` order (groups whose family is unknown left out)."""
     by_name: dict[str, str] = {}
     for k in kernels:
         hit = kernel_family(str(k.get("kernel", "")))
         if hit and hit[0] not in by_name:
             by_name[hit[0]] = hit[1]
     fams = {by_name.get(g) or family_from_config(cfg or {}) for g, cfg in ((choice or {}).get("configs") or {}).items()}
-    ranked = [f for f in DOMINANCE if f in fams]
-    return ranked[0] if ranked else None
+    return [f for f in DOMINANCE if f in fams]
+
+
+def candidate_family(choice: Mapping[str, Any] | None, kernels: Sequence[Mapping[str, Any]]) -> str | None:
+    """The dominant family of one candidate (see the module docstring); None when no group's family is known."""
+    fams = candidate_families(choice, kernels)
+    return fams[0] if fams else None
+
+
+def row_families(candidates: pd.DataFrame) -> pd.Series:
+    """Per candidates.parquet row, its groups' families joined by "+" in `DOMINANCE` order ("" when none is
+    known): the `kernel_families` column of a training table."""
+    return pd.Series(["+".join(candidate_families(_loads(c), list(_loads(k).get("kernels") or [])))
+                      for c, k in zip(candidates["choice_json"], candidates["compile_json"])],
+                     index=candidates.index, dtype=object)
 
 
 def _loads(s: Any) -> dict[str, Any]:
@@ -110,12 +123,11 @@ def _loads(s: Any) -> dict[str, Any]:
     return json.loads(s)
 
 
-def problem_families(candidates: pd.DataFrame) -> pd.Series:
+def problem_families(candidates: pd.DataFrame, families: pd.Series | None = None) -> pd.Series:
     """problem_key -> family (`UNKNOWN` when none of its candidates has a known family), from candidates.parquet
-    rows (`choice_json`, `compile_json`)."""
-    fam = [candidate_family(_loads(c), list(_loads(k).get("kernels") or []))
-           for c, k in zip(candidates["choice_json"], candidates["compile_json"])]
-    s = pd.Series(fam, index=candidates.index, dtype=object)
+    rows (`choice_json`, `compile_json`), or from their `row_families` when given."""
+    fams = row_families(candidates) if families is None else families
+    s = pd.Series([f.split("+")[0] if f else None for f in fams], index=candidates.index, dtype=object)
     return s.groupby(candidates["problem_key"]).agg(lambda x: x.dropna().mode().iloc[0] if x.notna().any()
                                                     else UNKNOWN)
 

@@ -6,6 +6,9 @@
   an executed notebook holds plain text and never a widget it cannot draw.
 - `progress_iter(items, interactive, desc)`: any loop with the same two faces (tqdm's notebook bar, or a line per
   item).
+- `ItemProgress(total, interactive, desc)`: the callable the long calls that finish items one by one take, with the
+  same two faces: `run_sweep(..., progress=...)` (`progress(i, n, run)` as each run ends) and the KernelBench
+  benchmark's `run_files(..., progress=...)` (`progress(i, n, row, reused)` as each file ends).
 """
 from __future__ import annotations
 
@@ -64,6 +67,61 @@ class StepProgress:
             self._bar.value = min(self.done, self._bar.max)
             self._label.value = line
             if report.stopped or (self.total and self.done >= self.total):
+                self._bar.bar_style = "success"
+        else:
+            print(line, flush=True)
+
+
+def item_line(item: Any) -> str:
+    """What finished, in a few words: a sweep run ("ok surrogate=none_seed=0-1a2b (23 s)"), a KernelBench file
+    ("level1/19_ReLU.py: correct, kernel"), else the item itself."""
+    if item is None:
+        return ""
+    if hasattr(item, "run_id"):  # workbench.lab.sweep.RunResult
+        secs = getattr(item, "seconds", None)
+        err = getattr(item, "error", None)
+        return (f"{item.status} {item.run_id}" + (f" ({secs:.0f} s)" if secs else "")
+                + (f": {str(err)[:120]}" if err else ""))
+    if hasattr(item, "file") and hasattr(item, "correct"):  # workbench.lab.kernelbench.FileResult
+        verdict = ("correct" if item.correct else item.status if item.status != "ok" else "not correct")
+        return f"{item.file}: {verdict}, {'kernel' if item.generated else 'torch'}"
+    return str(item)[:160]
+
+
+class ItemProgress:
+    """`progress(i, n, item, *rest)` for calls that finish items one by one (sweeps, the KernelBench benchmark): an
+    ipywidgets bar with the last item's line (interactive), else one printed line per item. `reused` (the
+    benchmark's fourth argument) marks an item taken from a previous run."""
+
+    def __init__(self, total: int | None = None, interactive: bool = False, desc: str = ""):
+        self.total, self.interactive, self.desc = total, interactive, desc
+        self.lines: list[str] = []
+        self._t0 = time.perf_counter()
+        self._bar = self._label = None
+        if interactive:
+            try:
+                import ipywidgets as W
+                from IPython.display import display
+            except ImportError:  # pragma: no cover - only without the widgets extra
+                self.interactive = False
+            else:
+                self._bar = W.IntProgress(value=0, min=0, max=max(total or 1, 1), description=desc,
+                                          bar_style="info")
+                self._label = W.HTML(value="starting")
+                display(W.HBox([self._bar, self._label]))
+
+    def __call__(self, i: int, n: int, item: Any = None, *rest: Any) -> None:
+        n = n or self.total or 0
+        reused = bool(rest and rest[0] is True)
+        line = (f"{self.desc + ': ' if self.desc else ''}{i}/{n} {item_line(item)}"
+                + (" (from a previous run)" if reused else "")
+                + f"; {time.perf_counter() - self._t0:.0f} s").replace("  ", " ")
+        self.lines.append(line)
+        if self._bar is not None:
+            self._bar.max = max(n, 1)
+            self._bar.value = min(i, self._bar.max)
+            self._label.value = line
+            if i >= n:
                 self._bar.bar_style = "success"
         else:
             print(line, flush=True)

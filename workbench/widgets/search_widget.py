@@ -1,22 +1,34 @@
 """`SearchWidget`: a live view of a search in JupyterLab, and `display_static`, the same view for headless runs.
 
-The widget: a Step button with a steps-per-click box and a progress bar over the click's steps; a summary line; the
-tree (full width; speedup and status on every tile, the colour key as a colour bar and legend; click a tile to
-select the node, a filter to hide skipped or failed nodes or keep only the best node's path); the budget curve;
-and the selected node's panel (its facts, the surrogate's forecast against the measured outcome and the policy's
-decision, the profiler's findings, the diff against its parent coloured, the full source). It listens to the search
-(`search.listeners`), so steps run from code in another cell grow it too.
+The widget: the controls (steps per click, strategy, seed, the GPU-seconds budget; Step, Stop and New search buttons)
+and a progress bar over the click's steps; a summary line; the tree (full width; speedup and status on every tile,
+the colour key as a colour bar and legend; click a tile to select the node, a filter to hide skipped or failed nodes
+or keep only the best node's path); the budget curve; and the selected node's panel (its facts, the surrogate's
+forecast against the measured outcome and the policy's decision, the profiler's findings, the diff against its
+parent coloured, the full source). It listens to the search (`search.listeners`), so steps run from code in another
+cell grow it too.
 
-The widget runs in the kernel, so while a step runs no click is handled: there is no stop button; the budget (or
-the kernel's interrupt) stops a long `search.run`.
+Step runs its steps in a thread of its own (`background=True`, the default), so the kernel stays free to handle the
+Stop button's click: Stop sets a flag the loop reads between steps, so the step under way finishes and is recorded
+(its events, nodes and budget) and no further one starts. The budget box is the current search's GPU-seconds limit
+(raise it and a search the budget stopped goes on; empty: no limit); strategy and seed decide which candidates a
+search proposes, so they take effect through New search, which builds a fresh search (same problem, device,
+screening and findings, `make_search`) and shows it; `searches` keeps the earlier ones. A search bound to a search
+id keeps the budget it was created with (its id is bound to it): New search gives it another.
 """
 from __future__ import annotations
 
+import dataclasses
 import html
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .. import viz
+from ..harness.budget import Budget
+from ..search.search import make_search
+from ..search.strategies import STRATEGIES
+from ..surrogates.selective import SelectivePolicy
 from ..viz.export import figure_html
 from .figures import figure_bundle, include_plotlyjs
 
@@ -46,6 +58,38 @@ def _pre(text: str) -> str:
     return f"<pre style='white-space: pre-wrap; font-size: 12px'>{html.escape(text)}</pre>"
 
 
+def parse_budget(text: str) -> float | None:
+    """The budget box's text as GPU-seconds: empty (or "none") is no limit; else a number >= 0 (ValueError)."""
+    t = (text or "").strip().lower()
+    if t in ("", "none", "no limit"):
+        return None
+    value = float(t)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"the budget must be empty (no limit) or a number of GPU-seconds >= 0, got {text!r}")
+    return value
+
+
+def _budget_text(limit: float | None) -> str:
+    return "" if limit is None else f"{limit:g}"
+
+
+def new_search_like(search, strategy: str, seed: int, budget_gpu_s: float | None):
+    """A fresh search on `search`'s problem, device, store, per-step count, screening (its policy's tau with the new
+    seed) and findings, with another strategy, seed and budget (what the widget's New search builds). A search of
+    the LLM proposer needs its client: pass `SearchWidget(..., new_search=...)` for those."""
+    if search.llm is not None:
+        raise ValueError("New search rebuilds offline-proposer searches only; for an LLM search pass "
+                         "SearchWidget(search, new_search=lambda strategy, seed, budget_gpu_s: ...)")
+    screening = search.screening
+    if screening is not None:
+        p = screening.selective
+        screening = dataclasses.replace(screening, selective=SelectivePolicy(p.tau, explore=p.explore, seed=seed,
+                                                                            min_gain=p.min_gain))
+    return make_search(search.problem, search.device, strategy=strategy, seed=seed, budget=Budget(budget_gpu_s),
+                       store=search.store, per_step=search.per_step, promotion=search.ladder.policy,
+                       screening=screening, findings=search.findings)
+
+
 def _filtered(info: viz.SearchTreeInfo, name: str) -> viz.SearchTreeInfo:
     spec = dict(FILTERS.get(name, {}))
     if spec.get("path_to") == "best":
@@ -58,7 +102,11 @@ def _filtered(info: viz.SearchTreeInfo, name: str) -> viz.SearchTreeInfo:
 class SearchWidget:
     """`SearchWidget(search)`; display it as the last expression of a cell (or `display(w.widget)`)."""
 
-    def __init__(self, search, steps_per_click: int = 1, kind: str = "auto", refresh_s: float = 0.5):
+    def __init__(self, search, steps_per_click: int = 1, kind: str = "auto", refresh_s: float = 0.5,
+                 background: bool = True,
+                 new_search: Callable[[str, int, float | None], Any] | None = None):
+        """`background`: Step runs in a thread so Stop can be clicked (False: in the caller, as tests do);
+        `new_search(strategy, seed, budget_gpu_s)`: what New search builds (default `new_search_like`)."""
         try:
             import ipywidgets as W
             import plotly.graph_objects as go
@@ -66,14 +114,34 @@ class SearchWidget:
             raise ImportError("SearchWidget needs ipywidgets and plotly (and anywidget for plotly's FigureWidget), "
                               "the 'widgets' extra: pip install 'workbench[widgets]'") from e
         self.search = search
+        self.searches: list[Any] = []  # the searches New search replaced, oldest first
         self.kind = kind
         self.refresh_s = refresh_s
+        self.background = background
+        self._new_search = new_search or (lambda st, sd, b: new_search_like(self.search, st, sd, b))
         self._last_refresh = 0.0
+        self.stop_requested = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.note = ""  # the last control message (a stop, a refused value), shown after the summary
         full = W.Layout(width="100%")
         self.step_button = W.Button(description="Step", button_style="primary", icon="play",
                                     tooltip="run search.step() this many times")
-        self.steps_box = W.BoundedIntText(value=max(1, steps_per_click), min=1, max=1000, description="x",
-                                          layout=W.Layout(width="110px"))
+        self.stop_button = W.Button(description="Stop", button_style="warning", icon="stop", disabled=True,
+                                    tooltip="stop after the step under way (it is recorded)",
+                                    layout=W.Layout(width="90px"))
+        self.steps_box = W.BoundedIntText(value=max(1, steps_per_click), min=1, max=1000, description="steps",
+                                          layout=W.Layout(width="150px"))
+        strategies = list(STRATEGIES) if search.strategy.name in STRATEGIES else [search.strategy.name,
+                                                                                  *STRATEGIES]
+        self.strategy_box = W.Dropdown(options=strategies, value=search.strategy.name, description="strategy",
+                                       layout=W.Layout(width="210px"))
+        self.seed_box = W.IntText(value=int(search.seed), description="seed", layout=W.Layout(width="150px"))
+        self.budget_box = W.Text(value=_budget_text(search.budget.gpu_seconds), placeholder="no limit",
+                                 description="GPU-s", layout=W.Layout(width="170px"),
+                                 tooltip="the search's GPU-seconds limit (empty: none)")
+        self.new_button = W.Button(description="New search", icon="refresh",
+                                   tooltip="a fresh search with this strategy, seed and budget",
+                                   layout=W.Layout(width="120px"))
         self.progress = W.IntProgress(value=0, min=0, max=1, description="", layout=W.Layout(width="200px"))
         self.filter = W.Dropdown(options=list(FILTERS), value="all nodes", description="show",
                                  layout=W.Layout(width="260px"))
@@ -85,10 +153,16 @@ class SearchWidget:
         self.node_selector = W.Dropdown(options=_node_options(self.tree_info), description="node", layout=full)
         self.detail = W.HTML(value="", layout=full)
         self.step_button.on_click(self.on_step)
+        self.stop_button.on_click(self.on_stop)
+        self.new_button.on_click(self.on_new_search)
+        self.budget_box.observe(self._on_budget, names="value")
         self.node_selector.observe(self._on_select, names="value")
         self.filter.observe(lambda _change: self.refresh_tree(force=True), names="value")
         self._watch_clicks()
-        self.widget = W.VBox([W.HBox([self.step_button, self.steps_box, self.progress, self.filter]), self.summary,
+        controls = W.HBox([self.step_button, self.stop_button, self.steps_box, self.progress], layout=full)
+        settings = W.HBox([self.strategy_box, self.seed_box, self.budget_box, self.new_button, self.filter],
+                          layout=full)
+        self.widget = W.VBox([controls, settings, self.summary,
                               W.Box([self.figure], layout=full), W.Box([self.budget_figure], layout=full),
                               self.node_selector, self.detail], layout=full)
         search.listeners.append(self.on_event)
@@ -100,29 +174,115 @@ class SearchWidget:
     def steps_per_click(self) -> int:
         return int(self.steps_box.value)
 
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def _set_running(self, running: bool) -> None:
+        for w in (self.step_button, self.new_button, self.strategy_box, self.seed_box):
+            w.disabled = running
+        self.stop_button.disabled = not running
+
+    def _show_summary(self) -> None:
+        self.summary.value = html.escape(_summary(self.search) + (f" | {self.note}" if self.note else ""))
+
     # ---- callbacks ----
     def on_step(self, _button: Any = None) -> None:
-        """The Step button: `steps_per_click` calls of `search.step()` (stops early when the search stops)."""
-        n = self.steps_per_click
-        self.step_button.disabled = True
-        self.progress.max, self.progress.value, self.progress.bar_style = n, 0, "info"
+        """The Step button: `steps_per_click` calls of `search.step()`, in a thread when `background` (then
+        `wait()` joins it); stops early when the search stops or Stop is clicked."""
+        if self.running:
+            return
+        self.stop_requested.clear()
+        self.note = ""
+        self._set_running(True)
+        if self.background:
+            self.thread = threading.Thread(target=self.run_steps, args=(self.steps_per_click,),
+                                           name="SearchWidget.step", daemon=True)
+            self.thread.start()
+        else:
+            self.run_steps(self.steps_per_click)
+
+    def run_steps(self, n: int) -> int:
+        """Up to `n` search steps, the stop flag read before each; returns how many ran."""
+        self.progress.max, self.progress.value, self.progress.bar_style = max(n, 1), 0, "info"
+        done = 0
         try:
-            for i in range(n):
-                report = self.search.step()
-                self.progress.value = i + 1
-                if report.stopped:
-                    self.summary.value = html.escape(_summary(self.search))
+            for _ in range(n):
+                if self.stop_requested.is_set():
                     break
-            self.progress.bar_style = "success"
+                report = self.search.step()
+                done += 1
+                self.progress.value = done
+                if report.stopped:
+                    break
+            if self.stop_requested.is_set():
+                self.note = f"stopped by the Stop button after {done} of {n} steps (each recorded)"
+            self.progress.bar_style = "warning" if self.stop_requested.is_set() else "success"
+        except BaseException as e:
+            self.progress.bar_style = "danger"
+            self.note = f"the step raised {type(e).__name__}: {e}"
+            if not self.background:
+                raise
         finally:
-            self.step_button.disabled = False
+            self._set_running(False)
             self.refresh_tree(force=True)
+            self._show_summary()
+        return done
+
+    def on_stop(self, _button: Any = None) -> None:
+        """The Stop button: no further step starts; the one under way finishes and is recorded."""
+        self.stop_requested.set()
+        self.note = "stopping after the step under way"
+        self._show_summary()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the Step button's thread (if one runs)."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def _on_budget(self, change: dict[str, Any]) -> None:
+        try:
+            limit = parse_budget(change["new"])
+        except ValueError as e:
+            self.note = str(e)
+        else:
+            if self.search.search_id:
+                self.note = (f"search id {self.search.search_id!r} is bound to its budget "
+                             f"({_budget_text(self.search.budget.gpu_seconds) or 'no limit'}): New search uses "
+                             "the new one")
+            else:
+                self.search.budget.gpu_seconds = limit
+                self.note = f"budget: {'no limit' if limit is None else f'{limit:g} GPU-s'}"
+        self._show_summary()
+
+    def on_new_search(self, _button: Any = None):
+        """The New search button: a fresh search with the strategy, seed and budget boxes' values; the widget
+        follows it (the old one is kept in `searches`). Returns it (None when a value was refused)."""
+        if self.running:
+            return None
+        try:
+            search = self._new_search(self.strategy_box.value, int(self.seed_box.value),
+                                      parse_budget(self.budget_box.value))
+        except ValueError as e:
+            self.note = str(e)
+            self._show_summary()
+            return None
+        if self.on_event in self.search.listeners:
+            self.search.listeners.remove(self.on_event)
+        self.searches.append(self.search)
+        self.search = search
+        search.listeners.append(self.on_event)
+        self.note = f"new search: {search.strategy.name}, seed {search.seed}"
+        self.node_selector.options = []
+        self.refresh_tree(force=True)
+        self._show_summary()
+        return search
 
     def on_event(self, event: dict[str, Any]) -> None:
         if event.get("type") == "node":
             self.refresh_tree()
         elif event.get("type") == "step":
-            self.summary.value = html.escape(_summary(self.search))
+            self._show_summary()
             self.refresh_tree(force=True)
 
     def _budget_plot(self):
@@ -166,6 +326,9 @@ class SearchWidget:
         self.node_selector.options = _node_options(self.tree_info)
         if selected is not None and selected in self.tree_info.ids:
             self.node_selector.value = selected
+        elif self.tree_info.ids:
+            self.node_selector.value = (self.tree_info.best if self.tree_info.best is not None
+                                        else self.tree_info.ids[-1])
 
     def _on_select(self, change: dict[str, Any]) -> None:
         self.show_node(change["new"])
@@ -180,7 +343,9 @@ class SearchWidget:
         return viz.render_node_detail(info)
 
     def close(self) -> None:
-        """Stop listening to the search and close the widgets."""
+        """Stop a running Step (after its step), stop listening to the search and close the widgets."""
+        self.stop_requested.set()
+        self.wait()
         if self.on_event in self.search.listeners:
             self.search.listeners.remove(self.on_event)
         self.widget.close()

@@ -36,7 +36,8 @@ from .execution import (
     nbytes,
     poison,
     reference_rounding,
-    run_model,
+    run_candidate,
+    run_pair_reference,
     run_reference,
     same_inputs,
     set_precision,
@@ -52,8 +53,14 @@ def _fail(reason: str, **data: Any) -> dict[str, Any]:
 
 
 def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | None = None,
-          max_cpu_elements: int = 1 << 22) -> dict[str, Any]:
+          max_cpu_elements: int = 1 << 22, first: int = 0, stop: int | None = None) -> dict[str, Any]:
+    """Judge the candidate on seeds `first` .. `stop` - 1 of `n_seeds` (default all): the ladder's cheap rung runs
+    the first seeds, the rest only when the candidate is promoted; split or not, the seeds are the same ones (the
+    last of the `n_seeds`, the fresh one, belongs to the rung that ends the set)."""
     problem, dev = models.problem, models.device
+    stop = n_seeds if stop is None else min(stop, n_seeds)
+    if not 0 <= first < stop:
+        raise ValueError(f"no seeds to run: seeds {first} .. {stop - 1} of {n_seeds}")
     precision = problem.effective_precision
     set_precision(precision)
     state_dtypes = [t.dtype for t in list(models.reference.parameters()) + list(models.reference.buffers())
@@ -64,12 +71,12 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
     fresh = None
     reference_cache.keep_only(problem.key)
     tol_key = repr(sorted((tol_overrides or {}).items()))
-    for i in range(n_seeds):
+    for i in range(first, stop):
         last_fresh = n_seeds > 1 and i == n_seeds - 1  # one seed nobody computed before (see reference_cache)
         seed = reference_cache.fresh_seed() if last_fresh else SEED_BASE + 7919 * i
         fresh = seed if last_fresh else fresh
         inputs = make_inputs(problem, dev, seed)
-        refusal = _unjudgeable(inputs, dev, max_cpu_elements if i == 0 else None)
+        refusal = _unjudgeable(inputs, dev, max_cpu_elements if i == first else None)
         if refusal:
             return refusal
         snapshot = clone(inputs)
@@ -123,11 +130,15 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
     tol = (judged.tolerance if judged else None) or tol_mod.DEFAULTS["fp32"]
     bound = (f"{tol.norm:g}, widened by the reference's own rounding against its wider re-run" if widened
              else f"{tol.norm:g}")
-    return {"verdict": PASS, "reason": f"{n_seeds} seeds within {precision_class} bounds (worst relative error "
+    ran = stop - first
+    which = (f"{n_seeds} seeds" if ran == n_seeds else f"{ran} of {n_seeds} seeds" if first == 0
+             else f"seeds {first + 1}-{stop} of {n_seeds}")
+    return {"verdict": PASS, "reason": f"{which} within {precision_class} bounds (worst relative error "
                                        f"{worst_rel:.2g} <= {bound})",
-            "data": {"seeds": n_seeds, "precision": precision_class, "tolerance": tol.to_dict(),
-                     "worst_rel_err": worst_rel, "bound_widened_by_reference_rounding": widened,
-                     "bitwise_reproducible": bitwise, "policy": precision, "fresh_seed": fresh}}
+            "data": {"seeds": ran, "seed_range": [first, stop], "of_seeds": n_seeds, "precision": precision_class,
+                     "tolerance": tol.to_dict(), "worst_rel_err": worst_rel,
+                     "bound_widened_by_reference_rounding": widened, "bitwise_reproducible": bitwise,
+                     "policy": precision, "fresh_seed": fresh}}
 
 
 def _unjudgeable(inputs: list[Any], dev: torch.device, max_cpu_elements: int | None) -> dict[str, Any] | None:
@@ -185,7 +196,7 @@ def _run_reference(models: ModelPair, inputs: list[Any]) -> tuple[Any, list[int]
     """The reference's output as a separate copy, and its blocks' sizes; the original blocks are freed and
     poisoned, so a candidate that reuses a freed reference output reads NaN."""
     dev = models.device
-    out = run_reference(models.reference, inputs, dev)
+    out = run_pair_reference(models, inputs)
     held = clone(out)
     sizes = [nbytes(t) for t in tensors(out)]
     del out
@@ -195,7 +206,7 @@ def _run_reference(models: ModelPair, inputs: list[Any]) -> tuple[Any, list[int]
 
 def _run_candidate(models: ModelPair, inputs: list[Any], poison_sizes: list[int]) -> Any:
     poison(models.device, poison_sizes)
-    return run_model(models.candidate, inputs, models.device)
+    return run_candidate(models, inputs)
 
 
 def _mutated_inputs(snapshot: list[Any], ref_in: list[Any], cand_in: list[Any]) -> list[int]:

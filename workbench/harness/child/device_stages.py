@@ -16,24 +16,30 @@ import torch
 from ...core.records import FAIL, PASS, Stage
 from ...problems.loader import ProblemError
 from ...problems.problem import Problem
-from . import correctness, sandbox, timing
+from . import correctness, sandbox, timing, watchdog
 from .execution import ModelPair, build_pair
 
 _pair_cache: dict[tuple, ModelPair] = {}
 
 
-def _get_pair(problem: Problem, cand_path: str, device: torch.device) -> ModelPair:
+def _get_pair(problem: Problem, cand_path: str, device: torch.device, watch: dict[str, Any] | None) -> ModelPair:
     key = (problem, cand_path, str(device))
     if key not in _pair_cache:
         _pair_cache.clear()
         sandbox.drop_modules()
-        _pair_cache[key] = build_pair(problem, cand_path, device)
+        _pair_cache[key] = build_pair(problem, cand_path, device, watch=watch)
+    _pair_cache[key].watch = watch
     return _pair_cache[key]
 
 
 def run(progress: Callable[[str], None], problem: tuple, cand_path: str, device: str, stages: list[str],
-        options: dict[str, Any] | None = None) -> dict[str, Any]:
+        options: dict[str, Any] | None = None, watch: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`options`: the ladder's (seeds, and for a rung of correctness `seed_start`/`seed_stop`; tolerance, floor,
+    compile modes); `watch`: the device's watchdog settings (`watchdog`: "construct" and "call" seconds, the call's
+    "factor" over the reference's measured time, "compile" seconds for one kernel compile)."""
     opts = options or {}
+    if watch:
+        watchdog.watch_kernel_compiles(watch.get("compile"))
     dev = torch.device(device)
     prob = Problem(*problem)
     results: list[dict[str, Any]] = []
@@ -42,9 +48,10 @@ def run(progress: Callable[[str], None], problem: tuple, cand_path: str, device:
         progress(stage)
         t0 = time.perf_counter()
         try:
-            models = _get_pair(prob, cand_path, dev)
+            models = _get_pair(prob, cand_path, dev, watch)
             if stage == Stage.CORRECTNESS:
-                r = correctness.check(models, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"))
+                r = correctness.check(models, n_seeds=opts.get("seeds", 5), tol_overrides=opts.get("tolerance"),
+                                      first=opts.get("seed_start", 0), stop=opts.get("seed_stop"))
             elif stage in timing.TIMING_SETTINGS:
                 r = timing.measure(models, stage, floor_ms=opts.get("floor_ms"),
                                    compile_modes=opts.get("compile_modes"))

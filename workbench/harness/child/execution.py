@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ...problems.loader import ProblemError
 from ...problems.problem import Problem
-from . import sandbox
+from . import sandbox, watchdog
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
 
@@ -33,6 +33,15 @@ class ModelPair:
     reference: torch.nn.Module
     candidate: torch.nn.Module
     init_inputs: list[Any]
+    watch: dict[str, Any] | None = None  # the watchdog's settings for the candidate's calls (`watchdog.call_seconds`)
+
+    @property
+    def watch_key(self) -> tuple:
+        return (self.problem.key, str(self.device))
+
+    def call_seconds(self) -> float | None:
+        """The watchdog's window for one call of the candidate's forward (None: none)."""
+        return watchdog.call_seconds(self.watch, self.watch_key)
 
 
 def set_precision(precision: str) -> None:
@@ -42,26 +51,38 @@ def set_precision(precision: str) -> None:
     torch.backends.cudnn.allow_tf32 = allow
 
 
-def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0) -> ModelPair:
+# The candidate's construction may take this many times the reference's (and at least the "construct" seconds).
+CONSTRUCT_FACTOR = 10.0
+
+
+def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int = 0,
+               watch: dict[str, Any] | None = None) -> ModelPair:
+    """`watch`: the watchdog's settings (`watchdog`): the candidate's import and construction get a window of
+    "construct" seconds, or CONSTRUCT_FACTOR times the reference's construction when that is longer."""
     init = problem.init_inputs()
     torch.manual_seed(seed)
+    t0 = sandbox.perf_counter()
     # built on the device: large weights initialised on the host and copied over can cost more than the checks
     with torch.device(device):
         reference = problem.make_reference(init)
     # judged in the mode the file constructs (KernelBench never calls .eval(): training mode, BatchNorm on batch
     # statistics), the mode the offline proposer captures the graph in
     reference = reference.to(device)
-    cls = sandbox.import_candidate(cand_path)
-    sandbox.check_constructor(cls, init)
-    torch.manual_seed(seed)
-    try:
-        with torch.device(device):
-            candidate = cls(*init)
-    except Exception as e:
-        raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
-    candidate = candidate.to(device).train(reference.training)
-    _align_parameters(reference, candidate)
-    return ModelPair(problem, device, reference, candidate, init)
+    ref_s = sandbox.perf_counter() - t0
+    floor = (watch or {}).get("construct")
+    construct_s = max(float(floor), CONSTRUCT_FACTOR * ref_s) if floor else None
+    with watchdog.window("constructing the candidate (import, ModelNew(*get_init_inputs()))", construct_s):
+        cls = sandbox.import_candidate(cand_path)
+        sandbox.check_constructor(cls, init)
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                candidate = cls(*init)
+        except Exception as e:
+            raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
+        candidate = candidate.to(device).train(reference.training)
+        _align_parameters(reference, candidate)
+    return ModelPair(problem, device, reference, candidate, init, watch)
 
 
 def _align_parameters(reference: torch.nn.Module, candidate: torch.nn.Module) -> None:
@@ -128,6 +149,23 @@ def run_model(model: torch.nn.Module, inputs: list[Any], device: torch.device) -
     with torch.no_grad():
         out = model(*inputs)
     sync(device)
+    return out
+
+
+CALL_LABEL = "a call of the candidate's forward"
+
+
+def run_candidate(pair: ModelPair, inputs: list[Any]) -> Any:
+    """The candidate's forward under the watchdog's call window."""
+    with watchdog.window(CALL_LABEL, pair.call_seconds()):
+        return run_model(pair.candidate, inputs, pair.device)
+
+
+def run_pair_reference(pair: ModelPair, inputs: list[Any]) -> Any:
+    """The reference's forward (`run_reference`), its time kept for the candidate's call windows."""
+    t0 = sandbox.perf_counter()
+    out = run_reference(pair.reference, inputs, pair.device)
+    watchdog.note_reference(pair.watch_key, sandbox.perf_counter() - t0)
     return out
 
 

@@ -22,8 +22,17 @@ from typing import Any
 import torch
 
 from ...core.records import FAIL, PASS, REFUSED
-from . import sandbox
-from .execution import ModelPair, make_inputs, reference_rounding, run_model, set_precision, tensors
+from . import sandbox, watchdog
+from .execution import (
+    CALL_LABEL,
+    ModelPair,
+    make_inputs,
+    reference_rounding,
+    run_model,
+    run_pair_reference,
+    set_precision,
+    tensors,
+)
 from .judge import judge_outputs
 
 TIMING_SETTINGS = {
@@ -53,20 +62,22 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return _flush_buffers[key]
 
 
-def _timed_call(model, inputs: list[Any], flush: torch.Tensor, graph_step: bool = False) -> tuple[float, Any]:
+def _timed_call(model, inputs: list[Any], flush: torch.Tensor, graph_step: bool = False,
+                window_s: float | None = None) -> tuple[float, Any]:
     if graph_step:
         # each call of a compiled reference is a new step for CUDA-graph trees (max-autotune, reduce-overhead): the
         # previous call's outputs may be overwritten, and only the last is kept. Host-side, outside the timed window;
         # never for the candidate or eager, so plain timing does not load inductor
         _mark_step()
-    flush.zero_()
-    start, end = sandbox.Event(enable_timing=True), sandbox.Event(enable_timing=True)
-    sandbox.event_record(start)
-    with torch.no_grad():
-        out = model(*inputs)
-    sandbox.cuda_sync()  # every stream: work hidden on a side stream is inside the window
-    sandbox.event_record(end)
-    sandbox.event_sync(end)
+    with watchdog.window(CALL_LABEL, window_s):  # armed before the flush: outside the timed window
+        flush.zero_()
+        start, end = sandbox.Event(enable_timing=True), sandbox.Event(enable_timing=True)
+        sandbox.event_record(start)
+        with torch.no_grad():
+            out = model(*inputs)
+        sandbox.cuda_sync()  # every stream: work hidden on a side stream is inside the window
+        sandbox.event_record(end)
+        sandbox.event_sync(end)
     return sandbox.event_elapsed(start, end), out
 
 
@@ -81,15 +92,19 @@ def _model_name(mode: str) -> str:
 
 
 def time_interleaved(models: dict[str, Any], sets: list[list[Any]], device: torch.device, warmup_s: float,
-                     reps: int, target_s: float, min_reps: int) -> tuple[dict[str, list[float]], dict[str, Any], int]:
+                     reps: int, target_s: float, min_reps: int, windows: dict[str, float | None] | None = None
+                     ) -> tuple[dict[str, list[float]], dict[str, Any], int]:
     """Time several models call by call in rotating order, so clock and thermal drift fall on all of them alike.
-    Returns times in ms per model, each model's last output, and the index of the input set of the last round."""
+    Returns times in ms per model, each model's last output, and the index of the input set of the last round.
+    `windows`: the watchdog's seconds for one call of a model (the candidate's), armed outside the timed window."""
     flush = _flush_buffer(device)
     names = list(models)
+    windows = windows or {}
     for name in names:  # warm-up: at least 2 calls and `warmup_s` of calls per model
         t0, w = sandbox.perf_counter(), 0
         while w < 2 or sandbox.perf_counter() - t0 < warmup_s:
-            run_model(models[name], sets[w % len(sets)], device)
+            with watchdog.window(CALL_LABEL, windows.get(name)):
+                run_model(models[name], sets[w % len(sets)], device)
             w += 1
     times: dict[str, list[float]] = {n: [] for n in names}
     last: dict[str, Any] = {}
@@ -98,7 +113,8 @@ def time_interleaved(models: dict[str, Any], sets: list[list[Any]], device: torc
         inputs = sets[i % len(sets)]
         order = names[i % len(names):] + names[: i % len(names)]
         for name in order:
-            ms, last[name] = _timed_call(models[name], inputs, flush, graph_step=name.startswith("compiled"))
+            ms, last[name] = _timed_call(models[name], inputs, flush, graph_step=name.startswith("compiled"),
+                                         window_s=windows.get(name))
             times[name].append(ms)
         i += 1
         if i == min_reps:  # size the run to the target time once the first rounds are known
@@ -124,7 +140,7 @@ def measure(models: ModelPair, stage: str, floor_ms: float | None = None, seed: 
     cfg = TIMING_SETTINGS[stage]
     set_precision(models.problem.effective_precision)
     sets = [make_inputs(models.problem, dev, seed + j) for j in range(cfg["sets"])]
-    ref_outs = [run_model(models.reference, s, dev) for s in sets]
+    ref_outs = [run_pair_reference(models, s) for s in sets]
     timed = {"eager": models.reference, "candidate": models.candidate}
     compile_info: dict[str, Any] = {}
     if cfg["compile_ref"]:
@@ -137,7 +153,7 @@ def measure(models: ModelPair, stage: str, floor_ms: float | None = None, seed: 
             compile_info.update({k if mode == "default" else f"{k}[{mode}]": v for k, v in info.items()})
     t0 = sandbox.perf_counter()
     times, last, last_set = time_interleaved(timed, sets, dev, cfg["warmup_s"], cfg["reps"], cfg["target_s"],
-                                             cfg["min_reps"])
+                                             cfg["min_reps"], windows={"candidate": models.call_seconds()})
     timed_wall = sandbox.perf_counter() - t0
 
     # The timed output must still be right: a candidate may not change behaviour once it is timed.

@@ -81,7 +81,7 @@ def resume() -> None:
 # ---- the reference's measured time, which the call windows scale with ----
 
 def note_reference(key: tuple, seconds: float) -> None:
-    """Keep the fastest measured forward of the reference (its first call pays warm-ups the candidate's floor covers)."""
+    """Keep the fastest measured forward of the reference (its first call pays warm-ups the floor covers)."""
     old = _reference_s.get(key)
     _reference_s[key] = seconds if old is None else min(old, seconds)
 
