@@ -103,7 +103,7 @@ GOLDEN = {
         "child/judge.py": "df694b3a7740b7ce",
         "child/reference_cache.py": "472ff6dbe16fd0a1",
         "child/sandbox.py": "1744c99df1ac00d5",
-        "child/timing.py": "a9c365a803536f1e",
+        "child/timing.py": "6c80f88821424b18",
         "child/watchdog.py": "1fa577482a152db2",
         "compile.py": "3faea8ab74bed03e",
         "static.py": "cff284781f6f7df3",

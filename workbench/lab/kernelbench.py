@@ -177,7 +177,13 @@ def _shortfall(row: FileResult, ev) -> str:
         return NOT_TIMED if row.device == "cpu" else f"not timed: {last.name} {last.verdict}: {last.reason[:300]}"
     pairs = (("eager", row.speedup_vs_eager), ("torch.compile", row.speedup_vs_compile))
     slow = [f"{s:.3g}x vs {name}" for name, s in pairs if s is not None and s <= 1]
-    return "slower: " + ", ".join(slow) if slow else ""
+    words = ["slower: " + ", ".join(slow)] if slow else []
+    if row.speedup_vs_compile is None:  # the torch.compile reference did not run: say why, not a blank
+        full = ev.stage(Stage.FULL_TIMING)
+        data = full.data if full is not None else {}
+        why = data.get("compile_error") or data.get("tampered_before_compile") or "not timed"
+        words.append(f"torch.compile reference: {str(why)[:200]}")
+    return "; ".join(words)
 
 
 class SkipCompile:

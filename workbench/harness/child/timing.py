@@ -230,6 +230,10 @@ def _compiled_reference(models: ModelPair, sets, mode: str = "default") -> tuple
     # harness's own and accepted, after checking that the candidate changed nothing before.
     def compile_and_warm():
         if key not in _compiled_refs:
+            # Inductor's pool of compile subprocesses fails inside an isolated worker (measured on the H200:
+            # "SubprocException" for every reference): its kernels compile in this process instead, as ours do.
+            import torch._inductor.config as inductor_config
+            inductor_config.compile_threads = 1
             _compiled_refs[key] = torch.compile(models.reference, mode=None if mode == "default" else mode)
         for s in sets[:2]:  # compile outside the timed calls; CUDA-graph modes record on the second call
             _mark_step()
