@@ -262,15 +262,35 @@ def test_state_kept_across_calls_is_written_back(tmp_path):
     assert captured.state_writes == ["hidden"]
     cand = OfflineProposer(problem).propose(1, seed=0)[0]
     assert "self.hidden.to(_device)" in cand.source and "        self.hidden = " in cand.source
-    torch.manual_seed(0)
-    ref = problem.make_reference(problem.init_inputs())
-    torch.manual_seed(0)
-    new = _model_new(cand.source, tmp_path)()
-    new.load_state_dict(ref.state_dict())
-    x = torch.randn(2, 8)
-    assert torch.allclose(new.hidden, ref.hidden)
-    for _ in range(2):
-        torch.testing.assert_close(new(x), ref(x))
+    # ModelNew against the reference, call after call, on the Triton interpreter (in its own process: the
+    # interpreter is chosen when triton is first imported)
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.environ["TRITON_INTERPRET"] = "1"
+        import importlib.util
+        import torch
+        from workbench.problems import Problem
+        problem = Problem.load({str(problem.path)!r})
+        spec = importlib.util.spec_from_file_location("cand_rnn", {str(tmp_path / "cand_rnn.py")!r})
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        torch.manual_seed(0)
+        ref = problem.make_reference(problem.init_inputs())
+        torch.manual_seed(0)
+        new = mod.ModelNew()
+        new.load_state_dict(ref.state_dict())
+        assert torch.allclose(new.hidden, ref.hidden)
+        x = torch.randn(2, 8)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(new(x), ref(x))
+        print("ok")
+    """)
+    (tmp_path / "cand_rnn.py").write_text(cand.source)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 
 # ---- lowering, run under the Triton interpreter ----
