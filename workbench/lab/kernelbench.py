@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .. import HARNESS_VERSION
 from ..core.candidate import Candidate
 from ..core.records import INCONCLUSIVE, Stage, StageRecord
 from ..devices.local import LocalDevice
@@ -246,7 +247,10 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
         problem = Problem.load(str(path), overrides)
         search = make_search(problem, device, strategy=strategy, budget=Budget(budget_gpu_s), store=store,
                              seed=seed, per_step=per_step,
-                             search_id=f"kernelbench:{problem.key}:{strategy}:{budget_gpu_s:g}:{seed}")
+                             # the harness version too: a search begun under other rules (another promotion
+                             # policy) is another search, not one to resume (measured: a resumed run refused it)
+                             search_id=f"kernelbench:{problem.key}:{strategy}:{budget_gpu_s:g}:{seed}"
+                                       f":harness{HARNESS_VERSION}")
         search.run()
         row = FileResult(relative_name(path), level_of(path), "ok", device=device.name,
                          sizes="own sizes" if not overrides else "set: " + ", ".join(
