@@ -38,6 +38,19 @@ def step_line(report, total: int | None = None, elapsed_s: float | None = None) 
             + (f"; stopped: {report.stopped}" if report.stopped else ""))
 
 
+
+def _open_bar(total: int | None, description: str):
+    """An ipywidgets bar and its label, displayed; (None, None) without the widgets extra (plain lines then)."""
+    try:
+        import ipywidgets as W
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - only without the widgets extra
+        return None, None
+    bar = W.IntProgress(value=0, min=0, max=max(total or 1, 1), description=description, bar_style="info")
+    label = W.HTML(value="starting")
+    display(W.HBox([bar, label]))
+    return bar, label
+
 class StepProgress:
     """`search.run(steps, progress=StepProgress(steps, interactive))`: a bar (interactive) or a line per step."""
 
@@ -48,16 +61,8 @@ class StepProgress:
         self._t0 = time.perf_counter()
         self._bar = self._label = None
         if interactive:
-            try:
-                import ipywidgets as W
-                from IPython.display import display
-            except ImportError:  # pragma: no cover - only without the widgets extra
-                self.interactive = False
-            else:
-                self._bar = W.IntProgress(value=0, min=0, max=max(total or 1, 1), description=description,
-                                          bar_style="info")
-                self._label = W.HTML(value="starting")
-                display(W.HBox([self._bar, self._label]))
+            self._bar, self._label = _open_bar(total, description)
+            self.interactive = self._bar is not None
 
     def __call__(self, report) -> None:
         self.done += 1
@@ -99,16 +104,8 @@ class ItemProgress:
         self._t0 = time.perf_counter()
         self._bar = self._label = None
         if interactive:
-            try:
-                import ipywidgets as W
-                from IPython.display import display
-            except ImportError:  # pragma: no cover - only without the widgets extra
-                self.interactive = False
-            else:
-                self._bar = W.IntProgress(value=0, min=0, max=max(total or 1, 1), description=desc,
-                                          bar_style="info")
-                self._label = W.HTML(value="starting")
-                display(W.HBox([self._bar, self._label]))
+            self._bar, self._label = _open_bar(total, desc)
+            self.interactive = self._bar is not None
 
     def __call__(self, i: int, n: int, item: Any = None, *rest: Any) -> None:
         n = n or self.total or 0
