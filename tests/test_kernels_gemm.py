@@ -559,3 +559,28 @@ def test_gpu_valid_configs_compile_without_spills(tmp_path):
     torch.cuda.synchronize()
     print("\n".join(lines))
     assert spilled <= total // 5, lines
+
+
+def test_split_k_hint_follows_the_shape():
+    """A few output tiles over a long K (KernelBench's 256x256 output, K = 524288: 4 CTAs on 132 SMs) split K in the
+    default and widen the space; an output that fills the machine, a short K or a one-element output do not."""
+    from workbench.problems import Problem
+    from workbench.proposers.offline import OfflineProposer
+
+    def hint(shape):
+        prop = OfflineProposer(Problem.load("matmul_fp32", [f"M={shape[0]}", f"N={shape[1]}", f"K={shape[2]}"]))
+        (g,) = [g for g in prop.groups({}) if g.family == "gemm"]
+        return g.spec, prop
+
+    spec, prop = hint((256, 256, 524288))
+    assert spec.split_k_hint == 64  # 4 tiles x 64 = 256 CTAs, under two waves; 16384 slabs / 64 >= 32 each
+    assert gemm.default(spec)["SPLIT_K"] == 64 and gemm.check(spec, gemm.default(spec)) is None
+    assert {32, 64} <= {c["SPLIT_K"] for c in prop.group_space(prop.groups({})[0])}
+    assert "SPLIT_K=64" in prop.render(prop.default_choice()).source
+    assert hint((4096, 4096, 4096))[0].split_k_hint == 1  # 1024 tiles fill the SMs
+    assert hint((256, 256, 1024))[0].split_k_hint == 1  # 32 slabs: too short to split
+    one = gemm.GemmSpec("float32", "float32", single_output=True)
+    assert gemm.split_k_for(one, 1, 1, 1, 1 << 20) == 1
+    # ieee fp32 tiles are 64x64: 64 tiles, split 4 brings them to 256 CTAs (not 512: over two waves)
+    assert gemm.split_k_for(gemm.GemmSpec("float32", "float32"), 1, 512, 512, 1 << 22) == 4
+    assert gemm.split_k_for(gemm.GemmSpec("bfloat16", "bfloat16", batched=True), 8, 128, 128, 1 << 20) == 32

@@ -2,6 +2,8 @@
 shapes), report their coverage, fall back to torch for what it cannot lower, and be reproducible from a seed."""
 from __future__ import annotations
 
+import dataclasses
+import re
 import textwrap
 
 import pytest
@@ -169,6 +171,74 @@ def test_fusion_move_flips_structure(tmp_path):
     assert len(split) == len(fused) + 1  # the epilogue becomes its own elementwise kernel
     moves = proposer.moves(proposer.default_choice(), random.Random(0), k=30)
     assert any(dict(m.fuse)[point] is False for _, m in moves)
+
+
+UNROLLED_RNN = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.cell = nn.Linear(2 * hidden, hidden)
+
+    def forward(self, x):
+        h = torch.zeros_like(x[:, 0])
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.cell(torch.cat([x[:, t], h], dim=1))) * torch.sigmoid(h) + 0.5 * h
+        return h
+
+def get_inputs():
+    return [torch.randn(4, 12, 32)]
+
+def get_init_inputs():
+    return [32]
+'''
+
+
+def test_repeated_groups_share_one_kernel_and_stay_correct(cpu, tmp_path):
+    """An unrolled recurrence repeats the same groups once per step (a 512-step, 6-layer LSTM: 12290 kernels and
+    27 MB of source, which stalled the static stage): groups equal up to their input names render one kernel,
+    called once per step, and the candidate is still correct. Identities still name every group."""
+    from workbench.kernels.identity import anonymous, spec_json
+
+    path = tmp_path / "unrolled_rnn.py"
+    path.write_text(UNROLLED_RNN)
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    choice = proposer.default_choice()
+    groups = proposer.groups(dict(choice.fuse))
+    distinct = {(g.family, spec_json(anonymous(g.spec)), cfg) for g, (_, cfg) in zip(groups, choice.configs)}
+    assert len(groups) >= 12 and len(distinct) <= 4, [g.family for g in groups]
+    cand = proposer.render(choice)
+    calls = re.findall(r"^        \w+ = (_g\w+)\(", cand.source, flags=re.M)
+    assert len(calls) == len(groups)  # every step still runs its kernel
+    assert len(set(calls)) == len(distinct)
+    jits = re.findall(r"@triton.jit\ndef (\w+)\(", cand.source)  # kernels and their epilogue helpers
+    assert len(jits) == len(set(jits)) and all(any(j.startswith(c + "_") for c in set(calls)) for j in jits)
+    assert len(cand.source) < 20_000 * len(distinct)  # one step's kernels, not twelve copies
+    assert len(proposer.identity(choice).kernels) == len(groups)
+    ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
+def test_anonymous_specs_rename_inputs_only():
+    from workbench.kernels.base import Epilogue, EpilogueInput
+    from workbench.kernels.elementwise import ElementwiseInput, ElementwiseSpec
+    from workbench.kernels.gemm import GemmSpec
+    from workbench.kernels.identity import anonymous
+
+    a = ElementwiseSpec("tl.maximum(maximum, sum_1) + sum", (ElementwiseInput("maximum", "flat"),
+                        ElementwiseInput("sum_1", "scalar"), ElementwiseInput("sum", "flat", True)), "float32", 64)
+    b = ElementwiseSpec("tl.maximum(add_3, mul) + relu_9", (ElementwiseInput("add_3", "flat"),
+                        ElementwiseInput("mul", "scalar"), ElementwiseInput("relu_9", "flat", True)), "float32", 64)
+    assert anonymous(a) == anonymous(b)
+    assert anonymous(a).expr == "tl.maximum(_v0, _v1) + _v2"  # the attribute `tl.maximum` is left alone
+    assert anonymous(dataclasses.replace(b, numel=65)) != anonymous(a)  # anything but names still tells them apart
+    g = GemmSpec("float32", "float32", epilogue=Epilogue("tl.maximum(acc + bias_2, 0.0)",
+                                                         (EpilogueInput("bias_2", "col"),)))
+    assert anonymous(g).epilogue.expr == "tl.maximum(acc + _v0, 0.0)" and anonymous(g).in_dtype == "float32"
+    assert anonymous(GemmSpec("float32", "float32")) == GemmSpec("float32", "float32")
 
 
 def test_problem_that_cannot_be_captured_gets_a_clear_message(tmp_path):

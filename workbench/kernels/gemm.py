@@ -59,15 +59,42 @@ class GemmSpec:
     # the whole output is one element: split-K is refused, its reduce kernel does not compile there
     # (results/gpu_tests_h200_session13/README.md)
     single_output: bool = False
+    # the split-K factor the problem's shape asks for (`split_k_for`): a few output tiles over a long K leave most
+    # SMs idle (256x256 output, K = 524288: 4 CTAs on 132 SMs), so the default splits K and the space reaches further
+    split_k_hint: int = 1
+
+
+MAX_SPLIT_K = 64
+MIN_SLABS_PER_SPLIT = 32           # each split still streams at least this many BK slabs: the partial sums pay off
+
+
+def split_k_for(spec: GemmSpec, batch: int, m: int, n: int, k: int) -> int:
+    """The power-of-two split of K that brings the default tile's CTA count near two waves of the H200's SMs, when
+    the output alone gives less than one wave; 1 when it fills the machine, K is short or the output is one
+    element. The fp32 workspace [SPLIT_K, B, M, N] stays small: at most two waves of default tiles (< 20 MB)."""
+    if spec.single_output:
+        return 1
+    d = default(spec)
+    tiles = batch * -(-m // d["BM"]) * -(-n // d["BN"])
+    slabs = -(-k // d["BK"])
+    split = 1
+    while (split * 2 <= MAX_SPLIT_K and tiles * split * 2 <= 2 * NUM_SMS
+           and slabs // (split * 2) >= MIN_SLABS_PER_SPLIT):
+        split *= 2
+    return split if tiles < NUM_SMS else 1
 
 
 def space(spec: GemmSpec) -> list[dict[str, Any]]:
+    splits = {1, 2, 4}
+    if spec.split_k_hint > 4:
+        splits |= {spec.split_k_hint // 2, spec.split_k_hint, min(MAX_SPLIT_K, spec.split_k_hint * 2)}
     return grid_space(BM=(16, 32, 64, 128, 256), BN=(16, 32, 64, 128, 256), BK=(32, 64, 128), GROUP_M=(1, 8),
-                      num_warps=(4, 8), num_stages=(2, 3, 4, 5), SPLIT_K=(1, 2, 4), PERSISTENT=(False, True))
+                      num_warps=(4, 8), num_stages=(2, 3, 4, 5), SPLIT_K=tuple(sorted(splits)),
+                      PERSISTENT=(False, True))
 
 
 def default(spec: GemmSpec) -> dict[str, Any]:
-    base = dict(GROUP_M=8, SPLIT_K=1, PERSISTENT=False)
+    base = dict(GROUP_M=8, SPLIT_K=1 if spec.single_output else spec.split_k_hint, PERSISTENT=False)
     if spec.in_dtype != "float32":
         return dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, **base)
     if spec.precision == "ieee":

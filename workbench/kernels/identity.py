@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any
 
 LEGACY_TEMPLATE_VERSION = 1
@@ -74,3 +75,52 @@ def note_rendered(problem_key: str, source_hash: str, identity: Identity) -> Non
 def rendered(problem_key: str, source_hash: str) -> Identity | None:
     """The identity this source was rendered as in this process, or None (a source of unknown identity)."""
     return _RENDERED.get((problem_key, source_hash))
+
+
+def anonymous(spec: Any) -> Any:
+    """The spec with its input names (graph value names: `sigmoid_3`, `add_12`) replaced by positional ones (`_v0`,
+    `_v1`, ... in order of appearance), in the `name` of every input, the `bool_inputs` lists and the `expr`
+    expressions that read them. Two groups whose anonymous specs are equal compute the same kernel on different
+    values (the launcher takes its inputs positionally), so the proposer renders it once."""
+    names: dict[str, str] = {}
+
+    def collect(x: Any) -> None:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                v = getattr(x, f.name)
+                if f.name == "name" and isinstance(v, str):
+                    names.setdefault(v, f"_v{len(names)}")
+                else:
+                    collect(v)
+        elif isinstance(x, (tuple, list)):
+            for v in x:
+                collect(v)
+
+    collect(spec)
+    if not names:
+        return spec
+    # a name is a whole identifier, not an attribute (`tl.maximum` beside a value named `maximum`)
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                         + r")(?!\w)")
+
+    def rename(x: Any) -> Any:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            changes = {}
+            for f in dataclasses.fields(x):
+                v = getattr(x, f.name)
+                if f.name == "name" and isinstance(v, str):
+                    changes[f.name] = names[v]
+                elif f.name == "expr" and isinstance(v, str):
+                    changes[f.name] = pattern.sub(lambda m: names[m.group(1)], v)
+                elif f.name == "bool_inputs" and isinstance(v, tuple):
+                    changes[f.name] = tuple(names.get(n, n) for n in v)
+                elif dataclasses.is_dataclass(v) or isinstance(v, (tuple, list)):
+                    changes[f.name] = rename(v)
+            return dataclasses.replace(x, **changes)
+        if isinstance(x, tuple):
+            return tuple(rename(v) for v in x)
+        if isinstance(x, list):
+            return [rename(v) for v in x]
+        return x
+
+    return rename(spec)

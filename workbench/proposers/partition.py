@@ -17,6 +17,7 @@ epilogue is fused, so the proposer can offer both as moves.
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..kernels import attention as attn
 from ..kernels import reduce as red
 from ..kernels.base import Epilogue, EpilogueInput, valid_space
 from ..kernels.elementwise import ElementwiseInput, ElementwiseSpec
-from ..kernels.gemm import GemmSpec
+from ..kernels.gemm import GemmSpec, split_k_for
 from ..kernels.memory import GatherSpec, PermuteSpec
 from . import patterns
 from .graph import Captured
@@ -86,6 +87,7 @@ class Partitioner:
     def __init__(self, captured: Captured, precision: str):
         self.precision = precision  # the problem's: "tf32" lets fp32 GEMMs use plain tf32
         self.nodes = [n for n in captured.gm.graph.nodes]
+        self.position = {n: i for i, n in enumerate(self.nodes)}
 
     # ---- elementwise groups ----
     def elementwise_groups(self) -> dict[Node, list[Node]]:
@@ -108,7 +110,7 @@ class Partitioner:
                         frontier.append(a)
             for m in members:
                 assigned[m] = node
-            groups[node] = [n for n in self.nodes if n in members]
+            groups[node] = sorted(members, key=self.position.__getitem__)  # not a scan of the graph per group
         return groups
 
     def elementwise_spec(self, root: Node, members: list[Node], names: dict[Node, str],
@@ -189,8 +191,7 @@ class Partitioner:
             if group is not None and not any(n in taken for n in group.nodes):
                 found.append(group)
                 taken.update(group.nodes)
-        position = {n: i for i, n in enumerate(self.nodes)}
-        found.sort(key=lambda g: position[g.out])
+        found.sort(key=lambda g: self.position[g.out])
         for i, g in enumerate(found):
             g.gid = f"g{i}"
         return found
@@ -270,6 +271,9 @@ class Partitioner:
         epilogue = None if expr == "acc" else Epilogue(expr, tuple(epi_inputs))
         spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue,
                         single_output=val(result).numel() == 1)
+        hint = split_k_for(spec, out.shape[0] if batched else 1, out.shape[-2], out.shape[-1], va.shape[-1])
+        if hint > 1:
+            spec = dataclasses.replace(spec, split_k_hint=hint)
         return Group("gemm", result, nodes, args, spec, fused_epilogue=fused)
 
     # ---- memory movement ----

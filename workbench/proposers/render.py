@@ -135,7 +135,8 @@ def init_source(problem: Problem) -> tuple[str, str]:
 
 def render_module(captured: Captured, groups: list[Group], codes: dict[str, tuple[str, str, str]],
                   comment: str) -> str:
-    """codes: gid -> (kernel_src, launcher_src, launcher name)."""
+    """codes: gid -> (kernel_src, launcher_src, launcher name); groups mapped to one launcher name share its kernel,
+    which is written once."""
     problem = captured.problem
     owner: dict[Node, Group] = {}
     for g in groups:
@@ -201,7 +202,8 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in node.kwargs.items())
         call = f"torch.ops.{ns}.{op}.{overload}({args}{', ' if args and kwargs else ''}{kwargs})"
         lines.append(f"        {node.name} = {call}")
-    kernels = "\n\n".join(codes[g.gid][0] + "\n" + codes[g.gid][1] for g in groups)
+    unique = {codes[g.gid][2]: codes[g.gid] for g in groups}  # groups may share one kernel (same name, same source)
+    kernels = "\n\n".join(k + "\n" + launcher for k, launcher, _ in unique.values())
     doc = '"""' + comment.replace('"""', "'''") + '"""\n'
     return (doc + HEADER + ("\n" + prelude if prelude else "") + "\n\n" + kernels + "\n\n"
             "class ModelNew(torch.nn.Module):\n" + init + "\n" + "\n".join(lines) + "\n")
