@@ -27,7 +27,6 @@ from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
 from .partition import Group, fusion_points, partition
 from .render import render_module
 
-
 NETWORK_CONVS = 3  # convolution groups from which a problem is a network (see `layout_defaults`)
 
 
