@@ -38,6 +38,7 @@ class OfflineProposer:
         self.fusion_points = fusion_points(self.captured, self.precision)
         self._layouts: dict[tuple, list[Group]] = {}
         self._spaces: dict[Any, list[dict[str, Any]]] = {}
+        self._kernel_keys: dict[Any, str] = {}
 
     # ---- structure ----
     def groups(self, fuse: dict[str, bool]) -> list[Group]:
@@ -55,6 +56,12 @@ class OfflineProposer:
         if group.spec not in self._spaces:  # specs are frozen dataclasses: equal specs share one space
             self._spaces[group.spec] = valid_space(family(group.family), group.spec)
         return self._spaces[group.spec]
+
+    def kernel_key(self, spec: Any) -> str:
+        """The spec up to its input names, as JSON: groups with equal keys (and configurations) share one kernel."""
+        if spec not in self._kernel_keys:  # once per distinct spec, not per group and render
+            self._kernel_keys[spec] = spec_json(anonymous(spec))
+        return self._kernel_keys[spec]
 
     def space_size(self) -> int:
         return sum(math.prod(max(len(self.group_space(g)), 1) for g in self.groups(fuse))
@@ -238,7 +245,7 @@ class OfflineProposer:
             # unrolled RNN or a stack of equal blocks would otherwise repeat it thousands of times (an LSTM over 512
             # steps: 12290 kernels, 27 MB of source). The shared kernel is the first such group's, named after it,
             # so findings about it guide that group.
-            key = (g.family, spec_json(anonymous(g.spec)), canonical_json(cfg))
+            key = (g.family, self.kernel_key(g.spec), canonical_json(cfg))
             if key not in shared:
                 name = f"_{g.gid}_{g.family}"
                 r = fam.render(g.spec, cfg, name)
