@@ -21,7 +21,8 @@ if [ -f .kbstate/state.tar.gz ]; then tar xzf .kbstate/state.tar.gz -C /tmp; fi
 # If ncu fails under the driver's isolation, the two narrower modes are tried to find what ncu needs.
 gpu_tests() {
   WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu tests/test_isolation.py \
-    tests/test_gpu.py tests/test_kernelbench.py tests/test_gpu_profiling.py -v -rA -s -p no:cacheprovider \
+    tests/test_gpu.py tests/test_kernelbench.py tests/test_gpu_profiling.py tests/test_kernels_gemm.py \
+    tests/test_kernels_reduce.py -v -rA -s -p no:cacheprovider \
     --timeout 240 > "$OUT/gpu_tests.log" 2>&1
   cp /tmp/wbhome/isolation.json "$OUT/" 2>/dev/null
   if grep -q "FAILED tests/test_gpu_profiling.py::test_ncu" "$OUT/gpu_tests.log"; then

@@ -87,6 +87,22 @@ UNSEEN = {
         def get_init_inputs():
             return []
     ''',
+    # eager keeps a permuted input's layout through a pointwise op, so permuting back gives a contiguous tensor
+    # the reference can view; a generated kernel writes contiguous output, where the same view does not exist
+    # (level3/48_Mamba2ReturnY failed so: the renderer reshapes a kernel output's views)
+    "view_after_layout": '''
+        import torch
+        import torch.nn as nn
+        B, T, C = 3, 5, 8
+        class Model(nn.Module):
+            def forward(self, x):
+                y = torch.exp(x.permute(0, 2, 1)) * 2.0
+                return y.permute(0, 2, 1).view(B * T, C) + 1.0
+        def get_inputs():
+            return [torch.randn(B, T, C)]
+        def get_init_inputs():
+            return []
+    ''',
     # shape-dependent Python in forward (unpacking x.size()), a 3-D layer norm and a reduction
     "norm_reduce": '''
         import torch

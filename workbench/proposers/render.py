@@ -133,6 +133,19 @@ def init_source(problem: Problem) -> tuple[str, str]:
     return body + "\n", "\n\n".join(prelude) + ("\n" if prelude else "")
 
 
+def _from_kernel(node: Any, owner: dict[Node, Group]) -> bool:
+    """Whether a value is a generated kernel's output, or a view (a chain of views) of one."""
+    while isinstance(node, Node):
+        g = owner.get(node)
+        if g is not None:
+            return node is g.out
+        if node.op != "call_function" or not (node.target is operator.getitem or
+                                              getattr(node.target, "is_view", False)):
+            return False
+        node = node.args[0]
+    return False
+
+
 def render_module(captured: Captured, groups: list[Group], codes: dict[str, tuple[str, str, str]],
                   comment: str) -> str:
     """codes: gid -> (kernel_src, launcher_src, launcher name); groups mapped to one launcher name share its kernel,
@@ -196,6 +209,10 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
             continue
         if not isinstance(target, torch._ops.OpOverload):
             raise RenderError(f"cannot render a call to {target}")
+        if target is torch.ops.aten.view.default and _from_kernel(node.args[0], owner):
+            # a generated kernel writes its output contiguous where eager may have kept its inputs' layout, so a
+            # view the reference could take may not exist: reshape is the same view where it does, a copy otherwise
+            target = torch.ops.aten.reshape.default
         ns, op = target.namespace, target._schema.name.split("::")[-1]
         overload = target._overloadname
         args = ", ".join(py_literal(a) for a in node.args)
