@@ -238,6 +238,60 @@ def test_repeated_groups_share_one_kernel_and_stay_correct(cpu, tmp_path):
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
 
 
+RECURRENT = {
+    "lstm": ("nn.LSTM(8, 16, 2, batch_first=True)", "x, (h0, c0)", "out, (h, c) = y\n        return out, c",
+             "[torch.randn(3, 5, 8), torch.randn(2, 3, 16), torch.randn(2, 3, 16)]", "x, h0, c0", 2),
+    "gru_bidirectional": ("nn.GRU(8, 16, 2, bidirectional=True)", "x, h0", "return y[0]",
+                          "[torch.randn(5, 3, 8), torch.randn(4, 3, 16)]", "x, h0", 4),
+    # a hand-written loop over x.unbind(0), the projection without a bias, and the weight also used off the loop
+    "loop_mm": ("nn.Linear(8, 16, bias=False)",
+                None, None, "[torch.randn(6, 3, 8)]", "x", 1),
+}
+
+
+def _recurrent_source(layer, call, tail, inputs, args):
+    if call is None:
+        forward = ("        h = x.new_zeros(x.shape[1], 16)\n"
+                   "        for xt in x.unbind(0):\n"
+                   "            h = torch.tanh(xt @ self.layer.weight.t() + h)\n"
+                   "        return h + self.layer(x[0])")
+    else:
+        forward = f"        y = self.layer({call})\n        {tail}"
+    return (f"import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        self.layer = {layer}\n    def forward(self, {args}):\n{forward}\n"
+            f"def get_inputs():\n    return {inputs}\ndef get_init_inputs():\n    return []\n")
+
+
+@pytest.mark.parametrize("name", sorted(RECURRENT))
+def test_recurrent_input_projections_are_hoisted_and_correct(cpu, tmp_path, name):
+    """A recurrent layer traced step by step projects every step's input with the same weight: the projections
+    become one GEMM over the sequence per layer and direction (cuDNN's split), the hidden-state products stay per
+    step, and the candidate is still correct."""
+    import operator
+
+    import torch
+
+    from workbench.proposers.hoist import step_projections
+
+    layer, call, tail, inputs, args, layers = RECURRENT[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(_recurrent_source(layer, call, tail, inputs, args))
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    nodes = proposer.captured.nodes
+    assert not step_projections(proposer.captured.gm)  # no per-step input product is left
+    seq_len = 5 if name != "loop_mm" else 6
+    whole = [n for n in nodes if n.op == "call_function" and n.target in (torch.ops.aten.addmm.default,
+                                                                          torch.ops.aten.mm.default)
+             and n.meta["val"].shape[0] == seq_len * 3]
+    assert len(whole) == layers, [n.name for n in whole]
+    assert all(any(u.target is torch.ops.aten.view.default for u in n.users) for n in whole)
+    assert all(n.target is not operator.getitem or n.users for n in nodes)  # unused slices dropped
+    assert proposer.coverage(proposer.groups(dict(proposer.default_choice().fuse)))["flops"] == 1.0
+    ev = Ladder(cpu).evaluate(problem, proposer.propose(1)[0], up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
 def test_anonymous_specs_rename_inputs_only():
     from workbench.kernels.base import Epilogue, EpilogueInput
     from workbench.kernels.elementwise import ElementwiseInput, ElementwiseSpec

@@ -17,6 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..problems.loader import ProblemError
 from ..problems.problem import Problem
+from .hoist import hoist_step_projections
 
 
 @dataclasses.dataclass
@@ -150,6 +151,7 @@ def capture(problem: Problem) -> Captured:
         raise ProblemError(f"{problem.path}: the offline proposer handles outputs that are a tensor or a tuple/list "
                            f"of tensors, not {type(out).__name__}")
     functionalise_inplace(gm)
+    hoist_step_projections(gm)  # a recurrent layer's input products, one GEMM over all steps
     _single_output_forms(gm)
     constants = _constant_sources(gm, model)
     flops, nbytes = _node_costs(gm)
