@@ -133,16 +133,34 @@ def init_source(problem: Problem) -> tuple[str, str]:
     return body + "\n", "\n\n".join(prelude) + ("\n" if prelude else "")
 
 
-def _from_kernel(node: Any, owner: dict[Node, Group]) -> bool:
-    """Whether a value is a generated kernel's output, or a view (a chain of views) of one."""
+def _view_needs_copy(view: Node, owner: dict[Node, Group]) -> bool:
+    """Whether `view` (aten.view of a generated kernel's output, directly or through other views) cannot be taken on
+    the layout the kernel writes (contiguous), where eager's output kept its inputs' layout and could: the chain of
+    views is replayed on a contiguous meta tensor of the kernel output's shape."""
+    chain, node = [], view.args[0]
     while isinstance(node, Node):
         g = owner.get(node)
         if g is not None:
-            return node is g.out
+            if node is not g.out:
+                return False
+            break
         if node.op != "call_function" or not (node.target is operator.getitem or
                                               getattr(node.target, "is_view", False)):
             return False
+        chain.append(node)
         node = node.args[0]
+    else:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        t = torch.empty(tuple(val.shape), dtype=val.dtype, device="meta")
+        for n in reversed(chain):
+            t = t[n.args[1]] if n.target is operator.getitem else n.target(t, *n.args[1:], **n.kwargs)
+        torch.ops.aten.view.default(t, *view.args[1:])
+    except Exception:  # the view does not exist there (or the chain cannot be replayed: reshape is always right)
+        return True
     return False
 
 
@@ -209,7 +227,7 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
             continue
         if not isinstance(target, torch._ops.OpOverload):
             raise RenderError(f"cannot render a call to {target}")
-        if target is torch.ops.aten.view.default and _from_kernel(node.args[0], owner):
+        if target is torch.ops.aten.view.default and _view_needs_copy(node, owner):
             # a generated kernel writes its output contiguous where eager may have kept its inputs' layout, so a
             # view the reference could take may not exist: reshape is the same view where it does, a copy otherwise
             target = torch.ops.aten.reshape.default
