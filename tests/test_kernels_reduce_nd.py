@@ -19,7 +19,7 @@ import pytest
 from workbench.kernels import FAMILIES
 from workbench.kernels.base import EpilogueInput as EI
 from workbench.kernels.base import valid_space
-from workbench.kernels.reduce_nd import REDUCE_ND, SCAN_ND, ReduceNDSpec, ScanNDSpec
+from workbench.kernels.reduce_nd import REDUCE_ND, SCAN_ND, SOFTMAX_ND, ReduceNDSpec, ScanNDSpec, SoftmaxNDSpec
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n"
 KB = Path(__file__).resolve().parents[1] / ".." / "shared" / "kernelbench" / "level1"
@@ -87,6 +87,14 @@ def _scan(op, shape, dim, dtype="float32", reverse=False, exclusive=False, expr=
     return ScanNDSpec(op, outer, shape[dim], inner, tuple(shape), dtype, expr, inputs, bools, reverse, exclusive)
 
 
+def _softmax(op, shape, dim, dtype="float32", expr="x", inputs=X):
+    outer = inner = 1
+    for d, n in enumerate(shape):
+        outer *= n if d < dim else 1
+        inner *= n if d > dim else 1
+    return SoftmaxNDSpec(op, outer, shape[dim], inner, tuple(shape), dtype, expr, inputs)
+
+
 def _cases():
     """(id, family, spec, config or None for default, reference expression over x/m/y, flags)."""
     c = []
@@ -132,6 +140,17 @@ def _cases():
     c.append(("masked-cumsum", "scan_nd", masked, None, "torch.cumsum(x * m, 1)", dict(mask=True)))
     c.append(("cumsum-bf16", "scan_nd", _scan("cumsum", (30, 5), 0, dtype="bfloat16"), None,
               "torch.cumsum(x, 0)", {}))
+    # softmax along a dim that is not the last: one pass (R in one chunk) and two (chunks of R), odd sizes
+    for op, shape, dim in [("softmax", (3, 37, 5, 4), 1), ("log_softmax", (41, 6), 0), ("softmax", (2, 7, 3, 5, 6), 1),
+                           ("log_softmax", (4, 3, 19, 7), 2)]:
+        spec = _softmax(op, shape, dim)
+        ref = f"torch.{op}(x, {dim})"
+        c.append((f"{op}-r{len(shape)}d{dim}-onepass", "softmax_nd", spec, None, ref, {}))
+        c.append((f"{op}-r{len(shape)}d{dim}-chunks", "softmax_nd", spec, {"BLOCK_R": 4, "BLOCK_I": 16, "num_warps": 1}, ref, {}))
+    shifted = _softmax("softmax", (2, 9, 13), 1, expr="x * 2.0 + y", inputs=(EI("x", "full"), EI("y", "full")))
+    c.append(("softmax-prologue", "softmax_nd", shifted, None, "torch.softmax(x * 2.0 + y, 1)", dict(y=True)))
+    c.append(("softmax-bf16", "softmax_nd", _softmax("softmax", (4, 24, 9), 1, dtype="bfloat16"), None,
+              "torch.softmax(x, 1)", {}))
     return c
 
 
@@ -149,7 +168,7 @@ def results(tmp_path_factory):
         r = family.render(spec, cfg, "k")
         path = tmp / f"{cid.replace('-', '_')}.py"
         path.write_text(HEADER + r.kernel_src + "\n" + r.launcher_src)
-        shape = list(spec.in_shape if fam == "reduce_nd" else spec.shape)
+        shape = list(spec.in_shape if fam == "reduce_nd" else spec.shape)  # scan_nd, softmax_nd: the shape
         dtype = "bfloat16" if cid.endswith("bf16") else "float32"
         cases.append({"id": cid, "path": str(path), "shape": shape, "dtype": dtype, "ref": ref,
                       "ties": flags.get("ties", False), "positive": flags.get("positive", False),
@@ -190,6 +209,15 @@ def test_check_rules():
     for s, fam in ((spec, REDUCE_ND), (row, REDUCE_ND), (big, REDUCE_ND), (scan, SCAN_ND)):
         assert fam.check(s, fam.default(s)) is None
         assert valid_space(fam, s) == valid_space(fam, s) and valid_space(fam, s)
+    soft = _softmax("softmax", (4, 37, 3), 1)
+    assert SOFTMAX_ND.check(soft, {"BLOCK_R": 64, "BLOCK_I": 16, "num_warps": 1}) is None
+    assert "longer than R" in SOFTMAX_ND.check(soft, {"BLOCK_R": 128, "BLOCK_I": 16, "num_warps": 1})
+    assert "unknown op" in SOFTMAX_ND.check(_softmax("softmin", (4, 5), 0), {"BLOCK_R": 4, "BLOCK_I": 1,
+                                                                           "num_warps": 1})
+    wide = _softmax("softmax", (2, 8192, 64), 1)  # R too long for one tile: chunks of it
+    assert SOFTMAX_ND.default(wide)["BLOCK_R"] < 8192 and SOFTMAX_ND.default(soft)["BLOCK_R"] >= 37
+    for s in (soft, wide):
+        assert SOFTMAX_ND.check(s, SOFTMAX_ND.default(s)) is None and valid_space(SOFTMAX_ND, s)
     # a long full reduction is split over many programs
     assert REDUCE_ND.default(_red("mean", (1 << 22,), [0]))["SPLIT"] >= 64
 
@@ -232,5 +260,30 @@ def test_kernelbench_level1_gets_a_generated_correct_candidate(cpu, num):
     if num == 14:
         assert "tri_row" in cand.source and "aten.triu" not in cand.source  # the mask is the gemm's epilogue
     ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+    assert any(s.name == "compile" and s.ok for s in ev.stages), [(s.name, s.reason) for s in ev.stages]
+
+
+def test_channel_softmax_after_a_convolution_is_one_generated_kernel(cpu, tmp_path):
+    """softmax(dim=1) of a convolution's NCHW output (KernelBench level 2: Conv*_Softmax_*) with the pointwise
+    chain before it fused: one softmax_nd kernel, no torch softmax left, correct, and built for sm_90."""
+    from workbench.harness.ladder import Ladder
+    from workbench.problems import Problem
+    from workbench.proposers.offline import OfflineProposer
+    path = tmp_path / "conv_softmax.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(3, 12, 3)\n"
+        "        self.bias = nn.Parameter(torch.randn(12, 1, 1))\n\n"
+        "    def forward(self, x):\n        y = torch.softmax(self.conv(x) * 0.5 + self.bias, dim=1)\n"
+        "        return torch.log_softmax(y.transpose(1, 3).contiguous(), dim=2)\n\n"
+        "def get_inputs():\n    return [torch.randn(2, 3, 9, 11)]\n\ndef get_init_inputs():\n    return []\n")
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    groups = proposer.groups(dict(proposer.default_choice().fuse))
+    assert sum(g.family == "softmax_nd" for g in groups) == 2, [g.family for g in groups]
+    covered = {n for g in groups for n in g.nodes}
+    assert not [n for n in proposer.captured.nodes if "softmax" in str(n.target) and n not in covered]
+    ev = Ladder(cpu).evaluate(problem, proposer.propose(1)[0], up_to="correctness")
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
     assert any(s.name == "compile" and s.ok for s in ev.stages), [(s.name, s.reason) for s in ev.stages]

@@ -17,7 +17,7 @@ FAMILIES: dict[str, Family] = {
     "conv_transpose": conv_transpose,
     "norm": norm.GROUPED_NORM,
     "pool": pool,
-    "reduce_nd": reduce_nd.REDUCE_ND, "scan_nd": reduce_nd.SCAN_ND,
+    "reduce_nd": reduce_nd.REDUCE_ND, "scan_nd": reduce_nd.SCAN_ND, "softmax_nd": reduce_nd.SOFTMAX_ND,
 }
 
 

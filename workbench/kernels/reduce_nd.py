@@ -20,6 +20,12 @@ inner positions and walks L in chunks of BLOCK_L carrying the running total. `re
 flip -> cumsum -> flip computes), `exclusive` leaves each position the scan of the ones before it (the first gets the
 identity), as cat(zeros, cumsum(x[..., :-1])) computes.
 
+Softmax family (`SoftmaxNDSpec`, `SoftmaxNDFamily`): softmax / log_softmax along R of the same view, for a dim that
+is not the last (the row family has the last; a channel softmax of NCHW/NCDHW is R = C, inner = the spatial size). A
+program owns one outer index and BLOCK_I inner positions: when BLOCK_R covers R the tile is loaded once and
+normalised in registers; otherwise one pass keeps running (max, sum of exp) statistics and a second re-reads and
+writes. The output has the input's shape.
+
 Launcher arguments: the inputs, in `inputs` order (scalars: 1-element tensors or Python numbers). Outputs: the
 reduction's shape is [outer, inner] reshaped to `out_shape`; the scan's is the inputs' shape.
 """
@@ -36,6 +42,7 @@ from .base import EpilogueInput, Rendered, grid_space
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 TORCH_DTYPE = {"float32": "torch.float32", "bfloat16": "torch.bfloat16", "float16": "torch.float16",
                "int64": "torch.int64"}
+SOFTMAX_OPS = ("softmax", "log_softmax")
 REDUCE_OPS = ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "logsumexp", "var", "std", "norm2")
 SCAN_OPS = ("cumsum", "cumprod")
 INPUT_KINDS = ("full", "scalar")
@@ -493,5 +500,130 @@ class ScanNDFamily:
         return Rendered("\n".join(kernel) + "\n", launcher)
 
 
+# ------------------------------------------------------------------------------------------------------ softmax
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxNDSpec:
+    """op along R of the [outer, R, inner] view of `expr`'s value (shape `shape`); the output has that shape and
+    `out_dtype`."""
+    op: str
+    outer: int
+    R: int
+    inner: int
+    shape: tuple[int, ...]
+    out_dtype: str
+    expr: str
+    inputs: tuple[EpilogueInput, ...]
+    bool_inputs: tuple[str, ...] = ()
+
+
+def _softmax_spec_problem(spec: SoftmaxNDSpec) -> str | None:
+    if spec.op not in SOFTMAX_OPS:
+        return f"unknown op {spec.op!r}; supported: {SOFTMAX_OPS}"
+    if min(spec.outer, spec.R, spec.inner) < 1:
+        return "outer, R and inner must be >= 1"
+    numel = 1
+    for d in spec.shape:
+        numel *= d
+    if numel != spec.outer * spec.R * spec.inner:
+        return f"shape {spec.shape} has {numel} elements, not outer*R*inner"
+    if spec.out_dtype not in FLOAT_DTYPES:
+        return f"out_dtype {spec.out_dtype!r} not in {FLOAT_DTYPES}"
+    return _inputs_problem(spec.expr, spec.inputs, spec.bool_inputs)
+
+
+class SoftmaxNDFamily:
+    """Config: BLOCK_R (positions of R a chunk; >= R: one pass in registers), BLOCK_I (inner positions a program;
+    1 when inner == 1), num_warps."""
+    name = "softmax_nd"
+    template_version = 1  # see base.Family
+
+    def space(self, spec: SoftmaxNDSpec) -> list[dict[str, Any]]:
+        bi = (1,) if spec.inner == 1 else BLOCK_I_CHOICES[1:]
+        return grid_space(BLOCK_R=BLOCK_R_CHOICES, BLOCK_I=bi, num_warps=WARPS)
+
+    def check(self, spec: SoftmaxNDSpec, config: dict[str, Any]) -> str | None:
+        problem = _softmax_spec_problem(spec)
+        if problem:
+            return problem
+        br, bi, warps = config["BLOCK_R"], config["BLOCK_I"], config["num_warps"]
+        for key, v in (("BLOCK_R", br), ("BLOCK_I", bi)):
+            if _pow2(key, v):
+                return _pow2(key, v)
+        if warps not in WARPS:
+            return f"num_warps {warps} not in {WARPS}"
+        if spec.inner == 1 and bi != 1:
+            return "inner is 1: BLOCK_I must be 1"
+        if spec.inner > 1 and bi > max(16, next_pow2(spec.inner)):
+            return f"BLOCK_I {bi} wider than the {spec.inner} inner positions"
+        if br > max(1, next_pow2(spec.R)):
+            return f"BLOCK_R {br} longer than R = {spec.R}"
+        budget = register_budget(ELEMS_PER_THREAD, warps)
+        if br * bi / (32 * warps) > budget:
+            return f"{br}x{bi} tile over {32 * warps} threads: more than {budget:.0f} elements a thread (spills)"
+        return threads_check(warps, br * bi)
+
+    def default(self, spec: SoftmaxNDSpec) -> dict[str, Any]:
+        """The whole of R in registers where it fits a 4096-element tile, else chunks of it."""
+        bi = 1 if spec.inner == 1 else min(64, max(16, next_pow2(spec.inner)))
+        br = min(next_pow2(spec.R), max(1, 4096 // bi))
+        config = {"BLOCK_R": br, "BLOCK_I": bi, "num_warps": max(1, min(8, br * bi // 256))}
+        if self.check(spec, config) is None:
+            return config
+        return next(c for c in self.space(spec) if self.check(spec, c) is None)
+
+    def render(self, spec: SoftmaxNDSpec, config: dict[str, Any], name: str) -> Rendered:
+        problem = self.check(spec, config)
+        if problem:
+            raise ValueError(f"invalid config {config} for {spec}: {problem}")
+        br, bi = config["BLOCK_R"], config["BLOCK_I"]
+        expr = _substitute(spec.expr, spec.inputs)
+        log = spec.op == "log_softmax"
+        params = [f"p_{i.name}_ptr" for i in spec.inputs] + ["out_ptr", "R", "inner", "BLOCK_R: tl.constexpr",
+                                                              "BLOCK_I: tl.constexpr"]
+        body = ["pid = tl.program_id(0)",
+                "n_ib = tl.cdiv(inner, BLOCK_I)",
+                "o = pid // n_ib",
+                "icol = (pid % n_ib) * BLOCK_I + tl.arange(0, BLOCK_I)",
+                "imask = icol < inner",
+                "base = o.to(tl.int64) * R * inner",
+                "offs_r = tl.arange(0, BLOCK_R)"]
+
+        def load(indent: str) -> list[str]:
+            lines = ["r = start + offs_r",
+                     "mask = (r < R)[:, None] & imask[None, :]",
+                     "off = base + r.to(tl.int64)[:, None] * inner + icol[None, :]"]
+            lines += _loads(spec.inputs, spec.bool_inputs, "mask", "off")
+            lines += [f"v = tl.where(mask, ({expr}).to(tl.float32), {NEG_INF})"]
+            return [indent + ln for ln in lines]
+
+        def store(indent: str) -> list[str]:
+            res = "v - m[None, :] - tl.log(s)[None, :]" if log else "tl.exp(v - m[None, :]) / s[None, :]"
+            return [indent + "tl.store(out_ptr + off, (" + res + ").to(out_ptr.dtype.element_ty), mask=mask)"]
+
+        if br >= spec.R:  # one pass: the tile holds the whole of R
+            body += ["start = 0"] + load("")
+            body += ["m = tl.max(v, axis=0)", "s = tl.sum(tl.exp(v - m[None, :]), axis=0)"] + store("")
+        else:
+            body += [f"m = tl.full([BLOCK_I], {NEG_INF}, tl.float32)", "s = tl.zeros([BLOCK_I], tl.float32)",
+                     "for start in range(0, R, BLOCK_R):"] + load("    ")
+            body += ["    m_new = tl.maximum(m, tl.max(v, axis=0))",
+                     f"    m_safe = tl.where(m_new == {NEG_INF}, 0.0, m_new)",
+                     "    s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(v - m_safe[None, :]), axis=0)",
+                     "    m = m_new",
+                     "for start in range(0, R, BLOCK_R):"] + load("    ") + store("    ")
+        kernel = ["@triton.jit", f"def {name}_kernel({', '.join(params)}):"] + ["    " + ln for ln in body]
+        lb = [_device_of(spec.inputs)] + _launcher_inputs(spec.inputs, repr(tuple(spec.shape)))
+        lb += [f"out = torch.empty({tuple(spec.shape)!r}, dtype={TORCH_DTYPE[spec.out_dtype]}, device=dev)",
+               f"{name}_kernel[({spec.outer * -(-spec.inner // bi)},)]("
+               f"{', '.join([f'p_{i.name}' for i in spec.inputs])}, out, {spec.R}, {spec.inner}, "
+               f"BLOCK_R={br}, BLOCK_I={bi}, num_warps={config['num_warps']})",
+               "return out"]
+        launcher = (f"def {name}({', '.join(f'p_{i.name}' for i in spec.inputs)}):\n"
+                    + "".join(f"    {ln}\n" for ln in lb))
+        return Rendered("\n".join(kernel) + "\n", launcher)
+
+
 REDUCE_ND = ReduceNDFamily()
 SCAN_ND = ScanNDFamily()
+SOFTMAX_ND = SoftmaxNDFamily()

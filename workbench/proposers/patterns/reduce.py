@@ -10,6 +10,9 @@ scan_nd families).
 - `chain_scan` (whole): cumsum / cumprod along any dim, reversed (flip -> cumsum -> flip over that dim), of a fused
   chain (cumsum(x * mask)); `exclusive_scan` (whole): cat((zeros, cumsum(x.narrow(d, 0, L - 1))), d).
 
+- `softmax_over_dim` (whole): softmax / log_softmax along a dim that is not the last (the row family has that one),
+  e.g. the channel softmax after a convolution, with the pointwise chain feeding it fused (softmax_nd family).
+
 Reduced dims that are not one contiguous run of dims (e.g. dims (0, 2) of a 3-D tensor) stay torch calls.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from torch.fx import Node
 
 from ...kernels.base import EpilogueInput
-from ...kernels.reduce_nd import ReduceNDSpec, ScanNDSpec
+from ...kernels.reduce_nd import ReduceNDSpec, ScanNDSpec, SoftmaxNDSpec
 from ..group import DTYPE, Group, val
 from ..lowering import lower, lowerable, schema_args
 from . import Context, register
@@ -311,4 +314,28 @@ def exclusive_scan(ctx: Context, node: Node) -> Group | None:
     return Group("scan_nd", node, g.nodes + [sl] + pieces + [node], g.args, g.spec)
 
 
-register(whole=(exclusive_scan, chain_scan, chain_reduction), single=(plain_reduction,))
+SOFTMAXES = {aten._softmax.default: "softmax", aten._log_softmax.default: "log_softmax"}
+
+
+def softmax_over_dim(ctx: Context, node: Node) -> Group | None:
+    if node.op != "call_function" or node.target not in SOFTMAXES or node in ctx.taken:
+        return None
+    x, dim, half_to_float = node.args[:3]
+    vx, vout = val(x), val(node)
+    if not isinstance(vx, torch.Tensor) or vx.dim() < 2 or vx.numel() == 0 or half_to_float or \
+            vout.dtype not in DTYPE or vx.dtype != vout.dtype:
+        return None
+    rank = vx.dim()
+    dim = dim % rank
+    if dim == rank - 1:
+        return None  # the row family's
+    shape = tuple(vx.shape)
+    operands = _operands(ctx, x, True, shape) or _operands(ctx, x, False, shape)
+    if operands is None:
+        return None
+    chain, expr, eis, bools, args = operands
+    spec = SoftmaxNDSpec(SOFTMAXES[node.target], *_split(shape, [dim]), shape, DTYPE[vout.dtype], expr, eis, bools)
+    return Group("softmax_nd", node, chain + [node], args, spec)
+
+
+register(whole=(exclusive_scan, chain_scan, chain_reduction, softmax_over_dim), single=(plain_reduction,))
