@@ -103,6 +103,23 @@ UNSEEN = {
         def get_init_inputs():
             return []
     ''',
+    # a matrix-vector product (aten.mv: a reduction of the fused product), baddbmm with beta/alpha and addmm with
+    # beta = 0 (a GEMM and its epilogue; C not read, as torch ignores it)
+    "matvec_scaled_products": '''
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, a, v, c, x, y):
+                r = torch.mv(a, v)
+                z = torch.baddbmm(c, x, y, beta=0.5, alpha=2.0)
+                w = torch.addmm(a[:, :5], a, a.t()[:, :5], beta=0.0, alpha=-1.5)
+                return r, z, w
+        def get_inputs():
+            return [torch.randn(17, 33), torch.randn(33), torch.randn(3, 5, 7), torch.randn(3, 5, 6),
+                    torch.randn(3, 6, 7)]
+        def get_init_inputs():
+            return []
+    ''',
     # shape-dependent Python in forward (unpacking x.size()), a 3-D layer norm and a reduction
     "norm_reduce": '''
         import torch
@@ -260,6 +277,18 @@ def _recurrent_source(layer, call, tail, inputs, args):
     return (f"import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
             f"        super().__init__()\n        self.layer = {layer}\n    def forward(self, {args}):\n{forward}\n"
             f"def get_inputs():\n    return {inputs}\ndef get_init_inputs():\n    return []\n")
+
+
+def test_products_are_rewritten_into_lowered_forms(tmp_path):
+    import torch
+
+    proposer = OfflineProposer(_problem(tmp_path, "matvec_scaled_products"))
+    targets = {n.target for n in proposer.captured.nodes if n.op == "call_function"}
+    assert not targets & {torch.ops.aten.mv.default, torch.ops.aten.baddbmm.default}
+    assert all(not n.kwargs for n in proposer.captured.nodes if n.target is torch.ops.aten.addmm.default)
+    groups = proposer.groups(dict(proposer.default_choice().fuse))
+    assert {"reduce_nd", "gemm"} <= {g.family for g in groups}
+    assert proposer.coverage(groups)["flops"] == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(RECURRENT))

@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..problems.loader import ProblemError
 from ..problems.problem import Problem
 from .hoist import hoist_step_projections
+from .rewrite import canonical_forms
 
 
 @dataclasses.dataclass
@@ -152,6 +153,7 @@ def capture(problem: Problem) -> Captured:
                            f"of tensors, not {type(out).__name__}")
     functionalise_inplace(gm)
     hoist_step_projections(gm)  # a recurrent layer's input products, one GEMM over all steps
+    canonical_forms(gm)  # mv, baddbmm, scaled addmm as the forms the partitioner lowers
     _single_output_forms(gm)
     constants = _constant_sources(gm, model)
     flops, nbytes = _node_costs(gm)
