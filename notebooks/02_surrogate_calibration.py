@@ -52,8 +52,8 @@ setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly
 # ## Held-out forecasts
 #
 # Training and forecasting every fold takes a few seconds per surrogate, the learned one two to three minutes at
-# 250 trees and 5 folds on 2 cores (about 15 s at 10 trees and 2 folds); the bar (or a line per surrogate, headless)
-# says which surrogate is being evaluated.
+# 250 trees and 5 folds on 2 cores (about 15 s at 10 trees and 2 folds); the bar (or a line per fold, headless)
+# moves as each surrogate's fold is trained and scored.
 
 # %%
 comparison = compare_surrogates(surrogates, split=split, folds=folds, seed=seed, trees=trees, data=data,

@@ -21,22 +21,40 @@
 # configuration; the runs that failed and why; and the search tree of the best run.
 #
 # Make one first, e.g. `workbench sweep experiments/replay_sweep.yaml` (replays the shipped H200 measurements when
-# no GPU is visible). `workbench report RUNS_DIR` writes the same curves and tables as one HTML file.
+# no GPU is visible), or here: set `sweep_config` and the sweep runs in the next cells, with a progress bar (a line
+# per run, headless), before its runs are read. `workbench report RUNS_DIR` writes the same curves and tables as one
+# HTML file.
 
 # %% tags=["parameters"]
 runs_dir = "results/runs/replay"
 x = "gpu_s"  # gpu_s (GPU-seconds spent) or measured (GPU measurements)
 band = [0.0, 1.0]  # quantiles across seeds for the band: [0.0, 1.0] is min-max, [0.25, 0.75] the inter-quartile range
+# a sweep config to run first, e.g. "experiments/replay_sweep.yaml" (runs already finished are skipped); its runs go
+# to sweep_out/<its name>/ and are the ones read below. Empty: read runs_dir as it is
+sweep_config = ""
+sweep_out = "results/runs"
+interactive = True  # False for headless runs (papermill): progress as lines, not a bar
 
 # %%
 from workbench import viz
 from workbench.lab import runs
-from workbench.widgets import as_table, runs_table, setup_figures
+from workbench.lab.sweep import run_sweep
+from workbench.widgets import ItemProgress, as_table, runs_table, setup_figures
 
 setup_figures()  # figures that survive: interactive in Lab, inline HTML (plotly.js once, here) for HTML exports
 
+# %% [markdown]
+# ## Running the sweep (with `sweep_config`)
+#
+# One papermill process per run of the config's notebook, as `workbench sweep` does; the bar moves as each run
+# ends. Without `sweep_config` nothing runs here.
+
 # %%
-sweep = runs.load_runs(runs_dir)
+ran = run_sweep(sweep_config, out_root=sweep_out,
+                progress=ItemProgress(None, interactive, "sweep")) if sweep_config else None
+
+# %%
+sweep = runs.load_runs(ran.root if ran else runs_dir)
 as_table(sweep.environment())
 
 # %% [markdown]

@@ -38,6 +38,9 @@ def parse_error(capsys, argv) -> str:
     (["search", "softmax_rows", "--timeout", "correctness=-1"], "--timeout", ">= 0"),
     (["kernelbench", "somewhere", "--file-timeout-s", "0"], "--file-timeout-s", "more than 0"),
     (["kernelbench", "somewhere", "--timeout", "nope=3"], "--timeout", "STAGE=SECONDS"),
+    (["eval", "softmax_rows", CAND, "--timeout", "trace=0"], "--timeout", "more than 0"),
+    (["search", "softmax_rows", "--timeout", "call=nan"], "--timeout", "finite"),
+    (["eval", "softmax_rows", CAND, "--timeout", "construct=5"], "--timeout", "watchdog window (trace, call)"),
 ])
 def test_bad_values_name_the_option(capsys, argv, option, says):
     err = parse_error(capsys, argv)
@@ -61,8 +64,9 @@ def test_timeouts_reach_the_device(monkeypatch, capsys):
 
     monkeypatch.setattr(evaluate, "get_device", fake_device)
     assert main(["eval", "softmax_rows", CAND, "--device", "cpu", "--no-store",
-                 "--timeout", "compile=600", "--timeout", "correctness=90.5"]) == 2
-    assert seen == {"name": "cpu", "timeouts": {"compile": 600.0, "correctness": 90.5}}
+                 "--timeout", "compile=600", "--timeout", "correctness=90.5", "--timeout", "trace=45",
+                 "--timeout", "call=7"]) == 2
+    assert seen == {"name": "cpu", "timeouts": {"compile": 600.0, "correctness": 90.5, "trace": 45.0, "call": 7.0}}
     assert main(["eval", "softmax_rows", CAND, "--device", "cpu", "--no-store"]) == 2
     assert seen == {"name": "cpu"}  # none given: the device's own defaults
     assert main(["eval", "softmax_rows", CAND, "--device", "replay", "--timeout", "compile=60"]) == 2

@@ -190,3 +190,78 @@ def test_a_budget_refused_promotion_leaves_the_candidate_on_the_cheap_rung_and_m
     last = ev.stages[-1]
     assert last.verdict == REFUSED and last.retry and "budget" in last.reason
     assert ev.provenance["correctness_rung"] == "cheap" and ev.stage("correctness").data["rung"] == "cheap"
+
+
+def test_a_stored_non_promotion_answers_only_while_the_promotion_inputs_would_decide_it_again(tmp_path):
+    """A candidate not promoted stops at quick timing. Asked again for full timing, the store's record answers when
+    this ladder, with its own best so far, would stop it there too; when the bar is lower (or absent, or the policy
+    laxer) the candidate climbs again rather than carry an old non-promotion."""
+    store = Store(tmp_path / "s.sqlite")
+    dev = RungDevice(quick=[])
+    first = _cands(1, "first")[0]
+    Ladder(dev, store=store).evaluate(PROBLEM, first)  # straight to full timing: 2x, the bar from now on
+
+    def not_promoted(tag):
+        """A candidate stored at a 1x quick time, not promoted against the 2x bar; a ladder that knows that bar."""
+        cand, ladder = _cands(1, tag)[0], Ladder(dev, store=store)
+        assert ladder.evaluate(PROBLEM, first).provenance["from_store"]
+        dev.quick = [1.0]
+        assert "cannot beat" in ladder.evaluate(PROBLEM, cand).provenance["promotion"]
+        dev.quick = [1.0]  # what the candidate measures if it runs again
+        return cand, len(dev.calls), len(store.frame("evaluations"))
+
+    # the same inputs (the 2x bar, the default policy): served, nothing run, nothing stored
+    slow, calls, rows = not_promoted("same")
+    same = Ladder(dev, store=store)
+    same.evaluate(PROBLEM, first)
+    served = same.evaluate(PROBLEM, slow)
+    assert served.provenance["from_store"] and "best full-timing speedup 2x" in served.provenance["promotion"]
+    assert served.fidelity == "quick_timing" and served.provenance["correctness_rung"] == "cheap"
+    assert len(dev.calls) == calls and len(store.frame("evaluations")) == rows
+
+    # no bar yet: a fresh climb goes straight to full timing, so the non-promotion does not answer
+    slow, calls, _ = not_promoted("nobar")
+    alone = Ladder(dev, store=store).evaluate(PROBLEM, slow)
+    assert not alone.provenance.get("from_store") and alone.fidelity == "full_timing"
+    assert [c[0] for c in dev.calls[calls:]] == [("correctness", "full_timing")]
+
+    # a worse best: the 1x quick time could beat it now, so it climbs (cheap rung and quick, then the rest)
+    slow, calls, _ = not_promoted("lower")
+    lower = Ladder(dev, store=store)
+    lower.quick_best[PROBLEM.key] = QuickBest(full=0.9)
+    climbed = lower.evaluate(PROBLEM, slow)
+    assert not climbed.provenance.get("from_store") and climbed.provenance["promotion"] == "promoted"
+    assert [c[0] for c in dev.calls[calls:]] == [("correctness", "quick_timing"), ("correctness", "full_timing")]
+
+    # a laxer policy under the same 2x bar: promoted, so it climbs too
+    slow, calls, _ = not_promoted("lax")
+    lax = Ladder(dev, store=store, policy=PromotionPolicy(full_within=1.5))
+    lax.evaluate(PROBLEM, first)
+    assert not lax.evaluate(PROBLEM, slow).provenance.get("from_store") and len(dev.calls) > calls
+
+    # forced full timing (`eval`) never takes a non-promotion for an answer
+    slow, calls, _ = not_promoted("forced")
+    forced = Ladder(dev, store=store)
+    forced.evaluate(PROBLEM, first)
+    assert not forced.evaluate(PROBLEM, slow, force_full=True).provenance.get("from_store")
+    assert len(dev.calls) > calls
+
+
+def test_a_repeated_replay_search_on_one_store_adds_no_rows_and_serves_what_it_can(tmp_path, capsys):
+    """`workbench search ... --device replay` twice on one store: the second run's evaluations are the store's
+    (not promoted again under the same bar) or equal records not written twice (an unrecorded full timing)."""
+    import json
+
+    from workbench.cli import main
+
+    store = tmp_path / "rp.sqlite"
+    argv = ["search", "softmax_rows", "--device", "replay", "--steps", "2", "--per-step", "2", "--store", str(store),
+            "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    rows = len(Store(store).frame("evaluations"))
+    assert rows >= 3 and first["cached"] == 0
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert len(Store(store).frame("evaluations")) == rows
+    assert again["cached"] >= 1 and again["best"] == first["best"]

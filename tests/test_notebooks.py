@@ -1,5 +1,7 @@
-"""Notebooks 02-04 executed under papermill, the replay sweep of notebook 01 (experiments/replay_sweep.yaml) with no
-GPU, the HTML report of that sweep, and that report opened in a real headless Chromium.
+"""Notebooks 02-05 executed under papermill, the replay sweep of notebook 01 (experiments/replay_sweep.yaml) with no
+GPU, the HTML report of that sweep and of the main job's screening sweep, and those reports and the executed
+notebooks (exported by nbconvert, as `jupyter nbconvert --to html` writes them) opened in a real headless Chromium
+with no network: figures drawn, no "Error displaying widget", skipped nodes labelled as skipped.
 
 One sweep (2 strategies x 3 seeds on cross_entropy, 15 GPU-s each, replaying the shipped H200 measurements) is run
 once for the module; notebook 03, the report and the browser read its run directories. The kernel is this
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from urllib.parse import unquote
@@ -60,7 +63,7 @@ def _execute(name: str, tmp_path: Path, params: dict, monkeypatch) -> dict:
     assert all("Plotly.newPlot" in o["data"].get("text/html", "") for o in outputs
                if "application/vnd.plotly.v1+json" in o.get("data", {}))
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
-    return {"outputs": outputs,
+    return {"outputs": outputs, "path": out,
             "text": "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs),
             "figures": [json.loads(o["data"]["application/vnd.plotly.v1+json"])
                         if isinstance(o["data"]["application/vnd.plotly.v1+json"], str)
@@ -106,7 +109,9 @@ def test_notebook_02_surrogate_calibration(tmp_path, monkeypatch):
                  {"surrogates": ["learned", "roofline", "prior", "oracle"], "folds": 2, "trees": 10,
                   "interactive": False}, monkeypatch)
     assert "ece" in r["text"] and "aurc" in r["text"]  # the metrics table
-    assert "problem split, 2 folds: 1/4 learned" in r["text"]  # a progress line per surrogate
+    # a progress line per fold of each surrogate (a bar in Lab), in order
+    assert "problem split, 2 folds: 1/8 learned, fold 1 of 2" in r["text"]
+    assert "problem split, 2 folds: 8/8 oracle, fold 2 of 2" in r["text"]
     titles = [f["layout"]["title"]["text"] for f in r["figures"]]
     assert len(titles) == 3 and titles[0].startswith("reliability") and titles[1].startswith("risk-coverage")
     assert titles[2].startswith("budget recall over 33 problems")
@@ -116,6 +121,7 @@ def test_notebook_02_surrogate_calibration(tmp_path, monkeypatch):
     recall = {t["name"]: t["y"] for t in r["figures"][2]["data"]}
     assert recall["oracle"][0] == 1.0 and recall["prior"][0] < 1.0  # the oracle finds the best with one measurement
     assert "pairwise_accuracy" in r["text"]  # the per-problem table of the learned surrogate
+    _drawn_offline(r, tmp_path, figures=3)
 
 
 @pytest.mark.timeout(300)
@@ -128,6 +134,31 @@ def test_notebook_03_sweep_report(replay_sweep, tmp_path, monkeypatch):
     assert tree["data"][0]["type"] in ("icicle", "treemap")  # a treemap past 24 leaves
     assert "best_speedup" in r["text"] and "git_sha" in r["text"]  # the runs and environment tables
     assert "best_median" in r["text"] and "replay" in r["text"]
+    _drawn_offline(r, tmp_path, figures=2)
+
+
+@pytest.mark.timeout(300)
+def test_notebook_03_runs_a_sweep_with_a_progress_bar(tmp_path, monkeypatch):
+    """With `sweep_config`, notebook 03 runs the sweep first (here one replayed search of notebook 01), its progress
+    a line per run headless (`ItemProgress`; a bar in Lab), then reads that sweep's runs."""
+    _needs_papermill()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # device auto: replay, in the nested run too
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text(f"name: one\nnotebook: {NOTEBOOKS / '01_explore_search.py'}\n"
+                   "base: {problem: cross_entropy, overrides: [], strategy: greedy, steps: 100, budget_gpu_s: 3.0, "
+                   "compare: false, device: auto, interactive: false}\ngrid: {seed: [0]}\njobs: 1\n")
+    r = _execute("03_sweep_report", tmp_path, {"sweep_config": str(cfg), "sweep_out": str(tmp_path / "runs"),
+                                                "interactive": False}, monkeypatch)
+    [line] = [x for x in r["text"].splitlines() if x.startswith("sweep: ")]
+    assert line.startswith("sweep: 1/1 ok seed=0"), line
+    run_dir = next((tmp_path / "runs" / "one").glob("seed=0*"))
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "ok"
+    curves, tree = r["figures"]
+    median = curves["data"][0]
+    assert len(median["x"]) > 1 and max(median["y"]) > 2.5  # cross_entropy's replayed pool holds 2.6x-3.2x kernels
+    assert tree["layout"]["title"]["text"].startswith("search tree:")
+    assert run_dir.name in r["text"]  # the runs table is the new sweep's
+    _drawn_offline(r, tmp_path, figures=2)
 
 
 @pytest.mark.timeout(300)
@@ -141,6 +172,28 @@ def test_notebook_04_suite_benchmark(tmp_path, monkeypatch):
     assert [t["type"] for t in bars["data"]] == ["bar", "bar", "bar"] and len(bars["data"][0]["x"]) == 34
     assert bars["data"][0]["x"][:2] == ["attention", "bias_gelu_residual"]  # sorted by problem
     assert [t["name"] for t in scatter["data"]] == ["best candidate", "torch.compile", "eager"]
+    _drawn_offline(r, tmp_path, figures=2)
+
+
+@pytest.mark.timeout(300)
+def test_notebook_05_checks_files_with_a_progress_bar(tmp_path, monkeypatch):
+    """With `kernelbench_dir`, notebook 05 checks the files on the CPU first (`run_files` with `ItemProgress`: a
+    line per file headless, a bar in Lab) and shows their report."""
+    _needs_papermill()
+    from test_kernelbench import RELU
+
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "1_relu.py").write_text(RELU)
+    out = tmp_path / "out"
+    r = _execute("05_kernelbench", tmp_path, {"kernelbench_dir": str(tmp_path / "kb"), "results_dir": str(out),
+                                              "interactive": False}, monkeypatch)
+    [line] = [x for x in r["text"].splitlines() if x.startswith("kernelbench: ")]
+    assert line.startswith("kernelbench: 1/1 level1/1_relu.py: correct, kernel"), line
+    report = json.loads((out / "report.json").read_text())
+    assert [f["file"] for f in report["files"]] == ["level1/1_relu.py"] and report["run"]["device"] == "cpu"
+    assert "1 files, 1 correct" in r["text"] and report["timing"].startswith("not measured")
+    assert len(r["figures"]) == 2  # fast_p and the per-file bars, empty on the CPU and saying so
+    _drawn_offline(r, tmp_path, figures=2)
 
 
 # ---------------------------------------------------------------------------------------------- the HTML report
@@ -223,7 +276,47 @@ def test_main_job_screened_against_unscreened(screening_sweep, tmp_path):
     text = out.read_text()
     assert "surrogate=none" in text and "surrogate=roofline" in text
     assert "<h2>The surrogate's calibration</h2>" in text and 'id="calibration"' in text
-    assert text.count("Plotly.newPlot") == 4 and text.count("window.PlotlyConfig") == 1
+    # two curves, the calibration, the best run's tree and, when that run was unscreened, the best screened one's
+    best_unscreened = json.loads((Path(replay_sweep_best_dir(s)) / "report.json").read_text())["surrogate"] is None
+    assert ("<h2>The best screened run's tree</h2>" in text) == best_unscreened
+    assert text.count("Plotly.newPlot") == 4 + best_unscreened and text.count("window.PlotlyConfig") == 1
+
+
+@pytest.mark.timeout(120)
+def test_main_job_report_in_a_real_browser(screening_sweep, tmp_path):
+    """The main job's report (scripts/main.sh) opened in the headless Chromium with no network: every figure drawn,
+    the screened tree's skipped nodes labelled "skipped" on their tiles and in the legend, deferred ones marked."""
+    from workbench.cli import main
+    from workbench.lab.browser import dump_dom
+    from workbench.viz.search_tree import DEFERRED_MARK, STATUS_KEY, TILE_SIZE_NOTE
+
+    _chromium_or_fail()
+    out = tmp_path / "report.html"
+    assert main(["report", str(screening_sweep.root), "--out", str(out)]) == 0
+    figures = out.read_text().count("Plotly.newPlot")
+    dom = dump_dom(out)
+    assert dom.count('class="main-svg"') >= 2 * figures  # each figure drawn (two svg layers each)
+    assert "Error displaying widget" not in dom
+    tree = dom[dom.rindex('id="best-'):]  # the last tree: the best screened run's (the best run's when screened)
+    tiles = re.findall(r'<text[^>]*class="slicetext"[^>]*data-unformatted="([^"]*)"', tree)
+    from workbench.lab.runs import load_runs
+
+    sr = load_runs(screening_sweep.root)
+    screened = sr.ok[sr.ok["surrogate"] == "roofline"]
+    run = screened.loc[screened["best_speedup"].astype(float).idxmax(), "run_id"]
+    skipped = sum(bool(e.get("skipped")) for e in sr.events(run) if e.get("type") == "node")
+    # every skipped node's tile says so (text too small to read is hidden, still in the DOM), none says "failed"
+    assert skipped >= 10 and sum(t.startswith("&lt;b&gt;skipped&lt;/b&gt;") for t in tiles) == skipped
+    assert any(f"x {DEFERRED_MARK}&lt;/b&gt;" in t for t in tiles)  # roofline: every measured node was deferred
+    legend = re.findall(r'class="legendtext"[^>]*>([^<]*)<', tree)
+    assert STATUS_KEY["skipped"][0] in legend and STATUS_KEY["deferred"][0] in legend
+    assert TILE_SIZE_NOTE in tree
+
+
+def replay_sweep_best_dir(sweep) -> str:
+    from workbench.lab.runs import load_runs
+
+    return load_runs(sweep.root).best_run()["dir"]
 
 
 def test_main_job_runs_the_screening_sweep():
@@ -254,6 +347,24 @@ def _chromium_or_fail():
             pytest.fail(msg)
         pytest.skip(msg)
     return exe
+
+
+def _drawn_offline(executed: dict, tmp_path: Path, figures: int) -> None:
+    """An executed notebook (`_execute`'s result) exported to HTML by nbconvert and opened in the headless Chromium
+    with every host unresolvable: each figure drawn by the plotly.js the notebook inlined, no widget error."""
+    _chromium_or_fail()
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from workbench.lab.browser import dump_dom
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed["path"], as_version=4))
+    page = tmp_path / (executed["path"].stem + ".html")
+    page.write_text(body, encoding="utf-8")
+    dom = dump_dom(page)
+    assert "Error displaying widget" not in dom
+    assert dom.count('class="main-svg"') >= 2 * figures, "a figure was not drawn"  # two svg layers per figure
+    assert "Plotly is not defined" not in dom
 
 
 # plotly's plot background and the first two trace colours (greedy, mcts) as drawn

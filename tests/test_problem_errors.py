@@ -151,5 +151,53 @@ def test_a_reference_forward_failing_only_on_real_tensors_is_the_problems_error(
     cand = write(tmp_path, "cand.py", RELU_CANDIDATE)
     store = tmp_path / "store.sqlite"
     refused(capsys, "eval", path, cand, "--device", "cpu", "--store", store, "--up-to", "correctness",
-            "--set", "batch_size=8", says=("the reference Model's forward raised KeyError",))
+            "--set", "batch_size=8", says=(f"{path}: the reference Model's forward raised KeyError",
+                                           "(in the correctness stage; loaded with --set batch_size=8)"))
     assert Store(store).evaluations_frame().empty
+
+
+def test_a_search_on_a_problem_failing_only_in_a_worker_stops_and_exits_2_naming_the_file(tmp_path, capsys):
+    """The same problem under `search`: the first step's evaluations meet the reference's error, the search stops
+    there (every candidate would meet it) and exits 2 naming the file; nothing is stored against a candidate."""
+    from workbench.store.sqlite import Store
+
+    text = GOOD.replace("return torch.relu(x)", "if not x.is_meta:\n            raise KeyError('real data')\n"
+                                                 "        return torch.relu(x)")
+    path = write(tmp_path, "late_search.py", text)
+    store = tmp_path / "store.sqlite"
+    err = refused(capsys, "search", path, "--device", "cpu", "--steps", "3", "--per-step", "1", "--store", store,
+                  "--json", says=(f"{path}: the reference Model's forward raised KeyError",
+                                  "(in the correctness stage"))
+    assert err.count("workbench: error:") == 1
+    assert Store(store).evaluations_frame().empty
+
+
+def test_inputs_larger_than_the_devices_memory_exit_2_before_any_worker(tmp_path, capsys, monkeypatch):
+    """Sizes under the absolute cap but over what the target device's worker holds (here the CPU worker's memory
+    limit, set to 1 GiB) are the problem's error, found on meta tensors: no worker allocates them (one would be
+    killed by the memory watchdog, which reads like a crash of the machine), nothing is stored."""
+    monkeypatch.setenv("WORKBENCH_WORKER_MEMORY_GB", "1")
+    path = write(tmp_path, "plain.py", GOOD)
+    store = tmp_path / "store.sqlite"
+    for cmd in (("eval", path, EXAMPLES[0].path), ("search", path, "--steps", "1")):
+        refused(capsys, *cmd, "--device", "cpu", "--store", store, "--set", "batch_size=2**25",
+                says=(str(path), "need 2.0 GiB (2,147,483,648 bytes)", "the CPU worker's memory limit",
+                      "(1.0 GiB)", "--set batch_size=33554432"))
+        assert not store.exists()  # refused before the store was opened: nothing ran, nothing stored
+    # the same sizes with no device to hold them to (problems show) are not refused by this rule
+    rc, out, err = run(capsys, "problems", "show", path, "--set", "batch_size=2**25", "--json")
+    assert rc == 0 and "Traceback" not in err, err
+
+
+def test_device_memory_names_what_each_device_holds(monkeypatch):
+    from workbench.cli.common import device_memory
+    from workbench.problems.check import check_fits
+
+    monkeypatch.setenv("WORKBENCH_WORKER_MEMORY_GB", "2")
+    assert device_memory("cpu") == (2 * 2**30, device_memory("cpu")[1]) and "CPU worker" in device_memory("cpu")[1]
+    assert device_memory("replay") is None and device_memory(None) is None
+    check_fits("p.py", {}, 2 * 2**30, device_memory("cpu"))  # exactly the limit fits
+    check_fits("p.py", {}, None, device_memory("cpu"))  # nothing counted (meta construction not possible): no refusal
+    with pytest.raises(ProblemError, match=r"p\.py: the inputs and parameters need 2\.0 GiB .* \(loaded with --set "
+                                           r"n=4\)"):
+        check_fits("p.py", {"n": "4"}, 2 * 2**30 + 1, device_memory("cpu"))

@@ -118,7 +118,30 @@ def test_idempotent_puts(store, problem, cand):
     store.put_problem(problem)  # no counts given: the stored ones stay
     assert json.loads(store.frame("problems").counts[0]) == {"flops": 128, "bytes": 1024}
     ids = [store.put_evaluation(ladder(problem.key, cand.hash, "compile")) for _ in range(3)]
-    assert len(set(ids)) == 3  # evaluations are appended, never merged
+    assert len(set(ids)) == 1 and len(store.frame("evaluations")) == 1  # the same record is stored once
+
+
+def test_an_evaluation_equal_but_for_its_wall_clock_is_stored_once_anything_else_is_appended(store, problem, cand):
+    """A replayed search asked again re-evaluates what is not served (a budget-refused or unrecorded full timing):
+    the same answer, which must not become a second row. Whatever differs in what the record says is a new row."""
+    first = ladder(problem.key, cand.hash, "quick_timing")
+    rid = store.put_evaluation(first)
+    again = ladder(problem.key, cand.hash, "quick_timing")
+    for s in again.stages:
+        s.cost_s, s.gpu_s = s.cost_s + 0.37, s.gpu_s + 0.2  # another run's seconds
+    assert store.put_evaluation(again) == rid and len(store.frame("evaluations")) == 1
+    slower = ladder(problem.key, cand.hash, "quick_timing")
+    slower.stages[-1].data = {**slower.stages[-1].data, "candidate_ms": 0.51}  # a measurement differs
+    other_prov = ladder(problem.key, cand.hash, "quick_timing", prov=provenance(promotion="promoted"))
+    refused = ladder(problem.key, cand.hash, "quick_timing")
+    refused.stages.append(StageRecord("full_timing", "refused", "not run: budget", retry=True))
+    newer_harness = ladder(problem.key, cand.hash, "quick_timing", prov=provenance(harness_version="older"))
+    other_device = ladder(problem.key, cand.hash, "quick_timing", device="cuda:NVIDIA A100")
+    ids = [store.put_evaluation(ev) for ev in (slower, other_prov, refused, newer_harness, other_device)]
+    assert len({rid, *ids}) == 6 and len(store.frame("evaluations")) == 6
+    assert store.put_evaluation(refused) == ids[2]  # a refused (retry) record asked again: still one row
+    # the newest that reaches the fidelity (the refused one does not, the others are another device or harness)
+    assert store.find_evaluation(problem.key, cand.hash, DEVICE, "quick_timing") == other_prov
 
 
 def test_evaluation_needs_its_problem_and_candidate(store, problem):

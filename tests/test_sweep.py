@@ -277,3 +277,134 @@ def test_binary_config_or_notebook_is_named(tmp_path):
     nb.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(SweepError, match=r"nb\.py: not a UTF-8 text file"):
         notebook_parameters(nb)
+
+
+QUICK_OR_BEATS = '''# %% tags=["parameters"]
+x = 1
+out_dir = ""
+
+# %%
+import os, time
+from pathlib import Path
+if x == 2:
+    Path(out_dir, "kernel.pid").write_text(str(os.getpid()))
+    for i in range(3000):
+        Path(out_dir, "beat").write_text(str(i))
+        time.sleep(0.1)
+'''
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _running_in(run_dir: Path) -> list[int]:
+    """Processes whose command line names the run directory (papermill writes its notebook there)."""
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(run_dir).encode() in (d / "cmdline").read_bytes() and not _gone(int(d.name)):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def _wait_for(cond, seconds: float, what: str):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
+
+
+@pytest.mark.timeout(180)
+def test_a_sweep_run_from_another_thread_stops_its_children_when_it_raises(tmp_path):
+    """Signal handlers exist in the main thread only; a sweep started from a widget's thread still never leaves a
+    child behind on its exception path: a progress callback that raises stops the running papermill child and its
+    kernel, the run is recorded as interrupted with the reason, and the exception comes out of `run_sweep`."""
+    import threading
+
+    _needs_papermill()
+    (tmp_path / "qb.py").write_text(QUICK_OR_BEATS)
+    cfg = tmp_path / "qb.yaml"
+    cfg.write_text("name: qb\nnotebook: qb.py\ngrid: {x: [1, 2]}\njobs: 2\n")
+    runs = tmp_path / "runs"
+
+    def stop_here(i, n, run):
+        _wait_for(lambda: list(runs.glob("qb/*/beat")), 120, "the second run's kernel beating")
+        raise RuntimeError("stop the sweep")
+
+    raised = []
+
+    def in_thread():
+        try:
+            run_sweep(cfg, out_root=runs, progress=stop_here)
+        except BaseException as e:  # what the thread's owner would see
+            raised.append(e)
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join(170)
+    assert not t.is_alive() and len(raised) == 1 and str(raised[0]) == "stop the sweep", raised
+    (beat,) = list(runs.glob("qb/*/beat"))
+    pid = int((beat.parent / "kernel.pid").read_text())
+    assert _gone(pid) and not _running_in(beat.parent)
+    last = beat.read_text()
+    import time
+
+    time.sleep(0.5)
+    assert beat.read_text() == last
+    m = json.loads((beat.parent / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["error"] == "interrupted: the sweep stopped on RuntimeError: stop the sweep"
+
+
+SWEEP_IN_A_THREAD = """
+import sys, threading
+from workbench.lab.sweep import run_sweep
+t = threading.Thread(target=run_sweep, args=(sys.argv[1],), kwargs={"out_root": sys.argv[2]}, daemon=True)
+t.start()
+t.join()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_sweeps_children_die_with_its_process_however_it_ends(tmp_path):
+    """A process running a sweep in a thread, killed by SIGKILL (nothing of it runs after): papermill is sent
+    SIGTERM by the kernel (it asked for it when it started) and the notebook's kernel follows it; nothing keeps
+    writing into the run directory."""
+    import signal
+    import subprocess
+    import sys
+
+    _needs_papermill()
+    (tmp_path / "beats.py").write_text(BEATS)
+    cfg = tmp_path / "beats.yaml"
+    cfg.write_text("name: beats\nnotebook: beats.py\ngrid: {x: [1]}\njobs: 1\n")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP_IN_A_THREAD, str(cfg), str(runs)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: list(runs.glob("beats/*/beat")) or proc.poll() is not None, 120, "the kernel beating")
+        assert proc.poll() is None
+        (beat,) = list(runs.glob("beats/*/beat"))
+        pid = int((beat.parent / "kernel.pid").read_text())
+        assert _running_in(beat.parent)  # papermill, under the sweep
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        _wait_for(lambda: _gone(pid) and not _running_in(beat.parent), 15, "papermill and its kernel ending")
+        last = beat.read_text()
+        import time
+
+        time.sleep(0.5)
+        assert beat.read_text() == last
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -366,15 +366,39 @@ def test_skipped_nodes_are_drawn_as_skipped():
     assert info.status == ["measured", "skipped", "failed", "measured"]
     assert info.reason[1].startswith("skipped by the surrogate (confidence 0.44)")
     assert info.decision == ["", "skip", "defer", "defer"] and info.findings == [0, 0, 0, 1]
-    assert [info.tile_text(i) for i in range(4)] == ["2.5x", "skipped", "failed", "2.5x"]
+    assert [info.tile_text(i) for i in range(4)] == ["2.5x", "skipped", "failed ◇", "2.5x ◇"]
     colours = viz.search_tree.node_colours(info)
     assert colours[1] == viz.search_tree.SKIPPED_COLOUR != viz.search_tree.FAILED_COLOUR == colours[2]
     fig = viz.plot_search_tree(info)
-    assert [d.name for d in fig.data[2:]] == ["failed", "skipped by the surrogate"]  # the legend
+    assert [d.name for d in fig.data[2:]][:2] == ["failed", "skipped by the surrogate"]  # the legend
     assert "surrogate: skip (confidence 0.44)" in fig.data[0].customdata[1][0]  # hover
     curve = viz.get_budget_curve_info(_screened_events())
     assert curve.skipped == [False, True, False, False]
     assert "1 skipped" in viz.plot_budget_curve(curve).data[1].name  # ticks where the skipped nodes were
+
+
+def test_deferred_nodes_are_marked_apart_from_measured_ones():
+    """A node the policy deferred (unsure forecast: the GPU decided) carries a mark on its tile, a dark outline and a
+    legend entry; a node measured without screening or on a confident forecast carries none of them."""
+    st = viz.search_tree
+    info = viz.get_search_tree_info(_screened_events())
+    assert [info.deferred(i) for i in range(4)] == [False, False, True, True]
+    fig = viz.plot_search_tree(info)
+    tree = fig.data[0]
+    assert tree.text[0] == "2.5x" and tree.text[3] == f"2.5x {st.DEFERRED_MARK}"  # same speedup, told apart
+    assert list(tree.marker.line.color) == ["white", "white", st.DEFERRED_COLOUR, st.DEFERRED_COLOUR]
+    assert list(tree.marker.line.width) == [1, 1, 3, 3]
+    key = {d.name: d for d in fig.data[2:]}
+    deferred = key[st.STATUS_KEY["deferred"][0]]
+    assert deferred.marker.symbol == "square-open" and deferred.marker.color == st.DEFERRED_COLOUR
+    assert "surrogate: defer (confidence 0.44)" in tree.customdata[3][0]  # hover says it too
+    unscreened = viz.plot_search_tree(viz.get_search_tree_info([dict(e, forecast=None) for e in _screened_events()
+                                                                if not e["skipped"]]))
+    assert st.DEFERRED_MARK not in "".join(unscreened.data[0].text)
+    assert st.STATUS_KEY["deferred"][0] not in [d.name for d in unscreened.data[2:]]
+    # what a tile's size means, on the figure itself
+    assert [a.text for a in fig.layout.annotations] == [st.TILE_SIZE_NOTE]
+    assert "Tile size" in st.TILE_SIZE_NOTE and "not its speed" in st.TILE_SIZE_NOTE
 
 
 def test_filter_tree():
@@ -488,6 +512,97 @@ def test_figure_bundle_and_export(search, tmp_path):
     if not static_export_available():
         with pytest.raises(RuntimeError, match="save it as .html"):
             viz.save_figure(fig, tmp_path / "curve.png")
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _static_export_or_fail() -> None:
+    """kaleido (the test extra) and a Chromium for it (the set-up installs one): missing either fails in CI and
+    skips elsewhere, as the browser tests do."""
+    import os
+
+    from workbench.viz.export import static_export_missing
+
+    missing = static_export_missing()
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"no static figure export: {missing}")
+        pytest.skip(f"no static figure export: {missing}")
+
+
+@pytest.fixture
+def fresh_figures(monkeypatch):
+    """setup_figures changes plotly's default renderer and the module's state: both restored after the test."""
+    import plotly.io as pio
+
+    from workbench.widgets import figures
+
+    monkeypatch.setattr(pio.renderers, "default", pio.renderers.default)
+    monkeypatch.setattr(figures, "_state", dict(figures._state))
+    shown: list = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
+    return shown
+
+
+@pytest.mark.timeout(120)
+def test_static_images_through_kaleido(search, tmp_path, fresh_figures):
+    """setup_figures(static=True) and figure_bundle carry a real PNG of each figure, and save_figure writes real PNG
+    and SVG files, drawn by kaleido in the headless Chromium."""
+    import base64
+    import io
+
+    import plotly.io as pio
+    from PIL import Image
+
+    from workbench.widgets import figure_bundle, setup_figures
+
+    _static_export_or_fail()
+    setup_figures(static=True)
+    assert pio.renderers.default == "plotly_mimetype+workbench_html+workbench_png"
+    assert not any("No static images" in str(getattr(o, "data", "")) for o in fresh_figures)
+    fig = viz.plot_budget_curve(viz.get_budget_curve_info(search))
+    png = base64.b64decode(figure_bundle(fig)["image/png"])
+    assert png[:8] == PNG_MAGIC and Image.open(io.BytesIO(png)).size == (1100, fig.layout.height)
+    shown = fig._repr_mimebundle_()  # what the notebook's display does through the default renderer
+    assert base64.b64decode(shown["image/png"])[:8] == PNG_MAGIC and "Plotly.newPlot" in shown["text/html"]
+    assert "application/vnd.plotly.v1+json" in shown
+    tree = viz.plot_search_tree(viz.get_search_tree_info(search))
+    out = viz.save_figure(tree, tmp_path / "tree.png", width=800, height=400)
+    assert out.read_bytes()[:8] == PNG_MAGIC and Image.open(out).size == (1600, 800)  # scale 2
+    # drawn, not blank: more than the background colour
+    import numpy as np
+
+    assert len(np.unique(np.asarray(Image.open(out).convert("RGB")).reshape(-1, 3), axis=0)) > 20
+    svg = viz.save_figure(tree, tmp_path / "tree.svg").read_text()
+    assert svg.startswith("<svg") and "#1" in svg  # the tiles' labels are in it
+
+
+def test_static_images_say_what_is_missing(tmp_path, monkeypatch, fresh_figures):
+    """Without kaleido (or without a Chromium for it), static=True keeps the HTML fallback and says which is
+    missing, and save_figure to .png raises naming it."""
+    import importlib.util
+
+    import plotly.io as pio
+
+    from workbench.viz import export
+    from workbench.widgets import figures, setup_figures
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kaleido" else real(name, *a))
+    monkeypatch.setattr(figures, "static_export_available", lambda: False)
+    setup_figures(static=True)
+    assert pio.renderers.default == "plotly_mimetype+workbench_html"
+    notes = [o.data for o in fresh_figures if "No static images" in str(getattr(o, "data", ""))]
+    assert len(notes) == 1 and "kaleido is not installed" in notes[0] and "inline HTML" in notes[0]
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
+    with pytest.raises(RuntimeError, match="cannot write f.png: kaleido is not installed.*save it as .html"):
+        viz.save_figure(fig, tmp_path / "f.png")
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chrome"))
+    assert "found no Chrome or Chromium" in export.static_export_missing()
+    with pytest.raises(RuntimeError, match="kaleido found no Chrome or Chromium"):
+        viz.save_figure(fig, tmp_path / "f.svg")
 
 
 def test_notebooks_open_without_rewrite_and_parse_cleanly(caplog):

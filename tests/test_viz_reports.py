@@ -294,7 +294,11 @@ def test_sweep_report_failures_best_tree_calibration_and_notebook_links(tmp_path
     out = write_sweep_report(root, tmp_path / "elsewhere" / "report.html")
     text = out.read_text()
     assert text.count("window.PlotlyConfig") == 1 and text.index("window.PlotlyConfig") < text.index("Plotly.newPlot")
-    assert text.count("Plotly.newPlot") == 4  # two curves, the reliability diagram, the best run's tree
+    # two curves, the reliability diagram, the best run's tree and, when that run was unscreened, the best screened
+    # run's tree (where the skipped nodes are)
+    best_unscreened = runs.load_runs(root).best_run()["run_id"] == "surrogate=none"
+    assert ("<h2>The best screened run's tree</h2>" in text) == best_unscreened
+    assert text.count("Plotly.newPlot") == 4 + best_unscreened
     assert "<h2>Failures</h2>" in text and "RuntimeError: no trained surrogate" in text and "boom" in text
     assert "<h2>The best run's tree</h2>" in text and 'id="best-tree"' in text
     assert "<h2>The surrogate's calibration</h2>" in text and "<td>surrogate=roofline</td>" in text
@@ -311,8 +315,10 @@ def test_sweep_report_failures_best_tree_calibration_and_notebook_links(tmp_path
     links = Links()
     links.feed(text)
     assert links.srcs == []  # nothing loaded from anywhere
-    # one link per run in the runs table and one for the best run; relative, and each resolves from the report
-    assert len(links.hrefs) == 4 and all(not h.startswith(("/", "file:", "http")) for h in links.hrefs)
+    # one link per run in the runs table, one for the best run (and the best screened one); relative, and each
+    # resolves from the report
+    assert len(links.hrefs) == 4 + best_unscreened
+    assert all(not h.startswith(("/", "file:", "http")) for h in links.hrefs)
     from urllib.parse import unquote
 
     assert all((out.parent / unquote(h)).resolve().is_file() for h in links.hrefs)

@@ -118,3 +118,22 @@ def test_the_call_window_scales_with_the_reference_and_has_a_floor():
     watchdog.note_reference(key, 0.9)  # the fastest measured call counts
     assert watchdog.call_seconds(settings, key) == pytest.approx(50.0)
     assert watchdog.call_seconds(None, key) is None and watchdog.call_seconds({"call": None}, key) is None
+
+
+def test_the_cli_sets_a_watchdog_window(tmp_path, capsys):
+    """`--timeout trace=S` is the compile stage's tracing window: a candidate that hangs while it is constructed is
+    rejected after S seconds, not the default 20."""
+    import json
+
+    from workbench.cli import main
+
+    path = tmp_path / "hangs.py"
+    path.write_text(TEMPLATE.format(init=SLEEP, forward="pass"))
+    t0 = time.perf_counter()
+    assert main(["eval", *PROBLEM[:1], str(path), *[f"--set={s}" for s in PROBLEM[1]], "--device", "cpu",
+                 "--no-store", "--up-to", "compile", "--timeout", "trace=2", "--json"]) == 0
+    wall = time.perf_counter() - t0
+    last = json.loads(capsys.readouterr().out)["stages"][-1]
+    assert last["name"] == "compile" and last["verdict"] == "fail", last
+    assert "tracing the candidate" in last["reason"] and "took over 2 s (watchdog)" in last["reason"], last["reason"]
+    assert wall < DEFAULT_TIMEOUTS["trace"] + 10, wall  # worker start-up included

@@ -12,7 +12,7 @@ from ..harness.ladder import Ladder
 from ..problems import Problem, ProblemError
 from ..profiling import format_report, profile_candidate
 from ..proposers.offline import OfflineProposer
-from .common import load_problem, open_store
+from .common import load_problem, open_store, problem_error_text
 
 # how a worker's stage record says the problem failed: device stages, and the compile probe's raised ProblemError
 PROBLEM_ERRORS = ("problem error: ", "ProblemError: ")
@@ -26,12 +26,12 @@ def _device(args):
     return get_device(args.device, **({"timeouts": timeouts} if timeouts else {}))
 
 
-def _problem_error(ev) -> str | None:
+def _problem_error(ev, problem) -> str | None:
     """The problem's own failure, seen only once a worker ran it (for real, or the compile probe on meta tensors)."""
     last = ev.stages[-1] if ev.stages and not ev.ok else None
     for prefix in PROBLEM_ERRORS:
         if last is not None and last.reason.startswith(prefix):
-            return f"{last.reason[len(prefix):]} (in the {last.name} stage)"
+            return problem_error_text(problem, last.reason[len(prefix):], last.name)
     return None
 
 
@@ -44,7 +44,7 @@ def cmd_eval(args) -> int:
         ev = ladder.evaluate(problem, candidate, up_to=args.up_to, force_full=True)
     finally:
         device.close()
-    err = _problem_error(ev)
+    err = _problem_error(ev, problem)
     if err:  # the problem's fault, not the candidate's verdict
         raise ProblemError(err)
     if args.json:

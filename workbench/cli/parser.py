@@ -7,6 +7,7 @@ import argparse
 import math
 
 from ..core.records import STAGES
+from ..devices.local import DEFAULT_TIMEOUTS
 from ..devices.resolve import AUTO, LOCAL
 
 # a confidence threshold above any probability: no forecast counts as confident, so the screened slots go to the
@@ -56,13 +57,16 @@ def positive_seconds(text: str) -> float:
 
 
 WORKER_STAGES = [s for s in STAGES if s != "static"]  # the stages that run in a worker with a timeout
+# the watchdog's windows inside a stage (harness.child.watchdog), by their names in devices.local.DEFAULT_TIMEOUTS;
+# "compile" is both the compile stage and each kernel compile's window
+WATCHDOG_WINDOWS = ["trace", "call"]
 
 
 def stage_timeout(text: str) -> tuple[str, float]:
     stage, sep, value = text.partition("=")
-    if not sep or stage not in WORKER_STAGES:
-        raise argparse.ArgumentTypeError(f"expected STAGE=SECONDS with STAGE one of {', '.join(WORKER_STAGES)}, "
-                                         f"got '{text}'")
+    if not sep or stage not in WORKER_STAGES + WATCHDOG_WINDOWS:
+        raise argparse.ArgumentTypeError(f"expected STAGE=SECONDS with STAGE one of {', '.join(WORKER_STAGES)} or a "
+                                         f"watchdog window ({', '.join(WATCHDOG_WINDOWS)}), got '{text}'")
     return stage, positive_seconds(value)
 
 
@@ -79,8 +83,15 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
 
 def _timeout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", dest="timeouts", action="append", type=stage_timeout, default=[],
-                   metavar="STAGE=S", help="a worker stage's timeout in seconds, e.g. compile=600 (the compile stage "
-                                           "traces on meta tensors and compiles); repeatable; default: the device's")
+                   metavar="STAGE=S", help="seconds a worker stage, or a watchdog window inside one, may take; "
+                                           "repeatable; default: the device's. Stages: compile (tracing on meta "
+                                           "tensors and compiling; also the window of each kernel compile), "
+                                           "correctness, quick_timing, full_timing. Windows: trace (importing, "
+                                           "constructing and tracing a candidate; a local device's default "
+                                           f"{DEFAULT_TIMEOUTS['trace']:g}), call (the floor of one call of its "
+                                           "forward, raised to a multiple of the reference's measured time; "
+                                           f"default {DEFAULT_TIMEOUTS['call']:g}). E.g. --timeout compile=600 "
+                                           "--timeout trace=60")
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:

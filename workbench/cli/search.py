@@ -10,12 +10,14 @@ from ..core.target import H200
 from ..devices import get_device, replay_counts
 from ..devices.resolve import AUTO, REPLAY, REPLAY_FALLBACK, resolve_name
 from ..harness.budget import Budget
+from ..harness.ladder import PROBLEM_ERROR_PREFIX
 from ..llm import LLMSurrogate
+from ..problems import ProblemError
 from ..search.config import ScreeningConfig
 from ..search.search import make_search
 from ..surrogates import RooflineSurrogate, SelectivePolicy
 from ..surrogates.learned import LearnedSurrogate
-from .common import load_problem, open_store
+from .common import load_problem, open_store, problem_error_text
 from .parser import NO_CONFIDENT_TAU
 from .surrogate import surrogate_table
 
@@ -90,6 +92,12 @@ def cmd_search(args) -> int:
                       "from the store", flush=True)
 
         def progress(r):
+            blamed = next((n for n in search.tree.nodes.values() if n.nid in search.summaries and
+                           (search.summaries[n.nid].get("provenance") or {}).get("problem_error")), None)
+            if blamed is not None:  # met in a worker (real tensors): no candidate can be judged on this problem
+                why = search.summaries[blamed.nid]["provenance"]["problem_error"]
+                raise ProblemError(problem_error_text(problem, why.removeprefix(PROBLEM_ERROR_PREFIX).lstrip(": "),
+                                                      blamed.stage))
             if not args.json:
                 best = r.best["speedup_vs_eager"] if r.best else None
                 spent = min(r.gpu_seconds / args.budget_gpu_s, 1.0) if args.budget_gpu_s else 0.0

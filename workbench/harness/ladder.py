@@ -3,7 +3,8 @@
 Each rung is cheaper than the next; a candidate climbs only while it passes, and reaches full timing only when the
 promotion policy says its quick time earned it. GPU-seconds are charged to a `Budget` per stage; when it is spent, GPU
 stages are refused (with that reason) instead of run. With a store, an evaluation already stored at the requested
-fidelity (same problem, candidate, device and harness version) is returned instead of measured again.
+fidelity (same problem, candidate, device and harness version) is returned instead of measured again, and so is one
+that stopped at quick timing when the promotion policy, asked again with the current best, would stop it there too.
 """
 from __future__ import annotations
 
@@ -176,12 +177,11 @@ class Ladder:
                  force_full: bool = False) -> Evaluation:
         if up_to not in STAGES:
             raise ValueError(f"up_to must be one of {STAGES}")
-        if self.store is not None:
-            cached = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, up_to)
-            if cached is not None and self._as_strict(cached, up_to):
-                cached.provenance = {**cached.provenance, "from_store": True}
-                self.note_best(problem, cached)
-                return cached
+        cached = self._stored(problem, candidate, up_to, force_full) if self.store is not None else None
+        if cached is not None:
+            cached.provenance = {**cached.provenance, "from_store": True}
+            self.note_best(problem, cached)
+            return cached
         ev = Evaluation(problem.key, candidate.hash, self.device.name,
                         provenance={**self.device.provenance(),
                                     "correctness": {"seeds": self.seeds, "tolerance": self.tolerance}})
@@ -200,6 +200,40 @@ class Ladder:
             self.store.put_candidate(candidate)
             self.store.put_evaluation(ev)
         return ev
+
+    def _stored(self, problem: Problem, candidate: Candidate, up_to: str, force_full: bool) -> Evaluation | None:
+        """The stored evaluation that answers this request, or None (then the candidate climbs). One that reached
+        `up_to` answers when it was judged as strictly (`_as_strict`). For full timing, one that stopped at a passed
+        quick timing answers too when this ladder would stop there now (`_not_promoted_now`): not promoting is a
+        decision of the promotion inputs, so it is taken again with the current ones, never served from the past."""
+        found = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, up_to)
+        if found is not None and self._as_strict(found, up_to):
+            return found
+        if up_to != Stage.FULL_TIMING or force_full or self.device.kind == "cpu":
+            return None
+        quick = self.store.find_evaluation(problem.key, candidate.hash, self.device.name, Stage.QUICK_TIMING.value)
+        if quick is None or not self._as_strict(quick, Stage.QUICK_TIMING.value):
+            return None
+        why = self._not_promoted_now(problem, quick)
+        if why is None:
+            return None
+        # the decision that answers is today's (its bar may differ from the stored one's); the measurements are stored
+        quick.provenance = {**quick.provenance, "promotion": why}
+        return quick
+
+    def _not_promoted_now(self, problem: Problem, stored: Evaluation) -> str | None:
+        """Why this ladder would not promote a stored evaluation that ends at a passed quick timing, given what its
+        policy compares with now (the problem's best so far); None when it would climb on (straight to full timing,
+        or promoted), or the record does not end so."""
+        last = stored.stages[-1] if stored.stages else None
+        if last is None or last.name != Stage.QUICK_TIMING or not last.ok:
+            return None
+        best = self.quick_best.get(problem.key)
+        straight = getattr(self.policy, "straight_to_full", None)
+        if straight is not None and straight(best):
+            return None  # a fresh climb would skip quick timing and time it in full
+        promote, why = self.policy.promote(last, best)
+        return None if promote else why
 
     def _as_strict(self, stored: Evaluation, up_to: str = Stage.FULL_TIMING.value) -> bool:
         """Whether a stored evaluation was judged at least as strictly as this ladder judges at `up_to`: a

@@ -8,7 +8,8 @@ against GPU measurements (median and band across seeds per configuration), a tab
 run with a link to each run's executed notebook (relative to the report, so the sweep folder can be moved or
 archived whole), the surrogate's calibration where runs were screened (its forecasts against what the GPU then
 measured, per configuration), notebook 03's failures table (with each failed run's traceback) and the best run's
-search tree. plotly.js is inlined once, before the first figure, so the file opens with no network.
+search tree (and the best screened run's, when the best run was not screened). plotly.js is inlined once, before
+the first figure, so the file opens with no network.
 """
 from __future__ import annotations
 
@@ -235,23 +236,52 @@ def _failures(sr: _runs.SweepRuns) -> list[str]:
     return parts
 
 
+_TREE_NOTE = ("Each tile is a candidate: its speedup (or status), id and what it changed against its parent; the "
+              "colour is log2 speedup vs eager, failed nodes grey, nodes the surrogate skipped lavender and labelled "
+              "<i>skipped</i>, nodes it deferred to the GPU (an unsure forecast) marked ◇ and outlined. A tile's "
+              "size is how many leaves grew from it, not its speed or cost.")
+
+
+def _timed(speedup: Any) -> bool:
+    return isinstance(speedup, (int, float)) and not math.isnan(speedup)
+
+
+def _screened(events) -> bool:
+    return any(e.get("type") == "node" and e.get("forecast") for e in events)
+
+
+def _tree_section(sr: _runs.SweepRuns, row: dict[str, Any], events, figs: _Figures, base: Path,
+                  div_id: str) -> list[str]:
+    """A run's facts, a link to its notebook and its search tree."""
+    facts = {"run": row["run_id"], **{k: row.get(k) for k in sr.params},
+             "best speedup vs eager": row.get("best_speedup"), "GPU-seconds": row.get("gpu_seconds"),
+             "GPU measurements": row.get("measured"), "candidates": row.get("candidates")}
+    parts = [_kv(facts), f"<p class=note>Its notebook: {_notebook_link(row['dir'], base)}. {_TREE_NOTE}</p>"]
+    if not any(e.get("type") == "node" for e in events):
+        return parts + ["<p>The run saved no events (events.jsonl), so its tree cannot be drawn.</p>"]
+    return parts + [figs.html(viz.plot_search_tree(viz.get_search_tree_info(events)), div_id)]
+
+
 def _best_tree(sr: _runs.SweepRuns, figs: _Figures, base: Path) -> list[str]:
-    """The best run (notebook 03's): its facts, a link to its notebook and its search tree."""
+    """The best run (notebook 03's): its facts, a link to its notebook and its search tree; when it was not screened
+    but other runs were, the best screened run's too, so the report shows where the surrogate skipped."""
     parts = ["<h2>The best run's tree</h2>"]
     best = sr.best_run()
     if best is None:
         return parts + ["<p>No finished run timed a candidate, so there is no best run.</p>"]
     events = sr.events(best["run_id"])
-    facts = {"run": best["run_id"], **{k: best.get(k) for k in sr.params},
-             "best speedup vs eager": best.get("best_speedup"), "GPU-seconds": best.get("gpu_seconds"),
-             "GPU measurements": best.get("measured"), "candidates": best.get("candidates")}
-    parts += [_kv(facts), f"<p class=note>Its notebook: {_notebook_link(best['dir'], base)}. Each tile is a "
-                          "candidate: its speedup (or status), id and what it changed against its parent; the colour "
-                          "is log2 speedup vs eager, failed nodes grey, nodes the surrogate skipped lavender.</p>"]
-    if not any(e.get("type") == "node" for e in events):
-        return parts + ["<p>The run saved no events (events.jsonl), so its tree cannot be drawn.</p>"]
-    parts.append(figs.html(viz.plot_search_tree(viz.get_search_tree_info(events)), "best-tree"))
-    return parts
+    parts += _tree_section(sr, best, events, figs, base, "best-tree")
+    if _screened(events):
+        return parts
+    screened = [(r.to_dict(), ev) for _, r in sr.ok.iterrows() if _timed(r["best_speedup"])
+                and _screened(ev := _runs.read_events(r["dir"]))]
+    if not screened:
+        return parts
+    row, ev = max(screened, key=lambda rv: float(rv[0]["best_speedup"]))
+    return parts + ["<h2>The best screened run's tree</h2>",
+                    "<p class=note>The best run above was not screened; this is the best of the runs a surrogate "
+                    "screened, with the nodes it kept off the GPU.</p>",
+                    *_tree_section(sr, row, ev, figs, base, "best-screened-tree")]
 
 
 def sweep_report_html(sweep_dir: str | Path, title: str | None = None, quantiles: Sequence[float] = (0.0, 1.0),

@@ -21,9 +21,19 @@ sweep config is written to `<out_root>/<sweep name>/sweep.yaml`; `workbench repo
 With `devices` each concurrent run gets its own `CUDA_VISIBLE_DEVICES`; without, the notebook's own `device`
 parameter decides. Runs whose device is Ray share one cluster (`_sweep_ray_cluster`).
 
-SIGTERM and SIGINT are forwarded to the running papermill processes and their kernels, which are waited for (killed
-after STOP_GRACE_S), so nothing keeps writing into a run directory; their runs are recorded as failed
-("interrupted"), the runs not yet started are not started, and `run_sweep` raises `SweepInterrupted`.
+What stops the children, so that nothing keeps writing into a run directory:
+- run from the main thread, SIGTERM and SIGINT are forwarded to the running papermill processes and their kernels,
+  which are waited for (killed after STOP_GRACE_S); their runs are recorded as failed ("interrupted"), the runs not
+  yet started are not started, and `run_sweep` raises `SweepInterrupted`. (Python handles signals in the main thread
+  only: from another thread, e.g. a widget's, a signal is not seen by the sweep.)
+- from any thread, an exception that leaves `run_sweep` (a `progress` callback that raises, to stop it) stops the
+  children the same way, records their runs as interrupted with its reason, and then propagates.
+- from any thread, on Linux, the sweep's process ending however it ends (SIGTERM with no handler, SIGKILL,
+  `os._exit`, a notebook kernel's restart) sends SIGTERM to each papermill child (PR_SET_PDEATHSIG), and its
+  notebook kernel exits within about a second of it (ipykernel follows its parent). Nothing is recorded then: the
+  runs' manifests stay "running", and a rerun redoes them.
+The children run in sessions of their own: a signal to the caller's process group (a terminal's Ctrl-C, Jupyter's
+interrupt) reaches only the sweep's process.
 
 `SweepSummary` is what one call did (ok, failed, skipped, not started); its `frame()` reads the run directories through
 `workbench.lab.runs` (the report.json a notebook saved with `save_run`), like `workbench report` does.
@@ -305,6 +315,19 @@ def _notebook_error(path: Path) -> tuple[str, list[str]] | None:
 KERNEL_START_TRIES = 3
 KERNEL_START_FAILURE = "Kernel died before replying to kernel_info"
 STOP_GRACE_S = 20.0  # after a forwarded signal, how long a child may take before it is killed
+# A papermill child's first act on Linux: ask the kernel for SIGTERM once the thread that started it ends (which
+# happens when the sweep's process ends, however it ends: SIGKILL, os._exit, a Jupyter kernel restart), then become
+# papermill. Its notebook kernel follows within about a second: ipykernel exits when its parent does. An exec
+# rather than a preexec_fn, which is unsafe in a process with threads.
+_DIE_WITH_PARENT = """import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)  # the sweep ended before the request above was in place
+os.execvp(sys.argv[2], sys.argv[2:])  # the command the sweep asked for
+"""
 
 
 def _descendants(pid: int) -> list[int]:
@@ -342,25 +365,32 @@ def _send(pids: Iterable[int], signum: int) -> None:
 class _Children:
     """The sweep's papermill processes. `stop(signum)` forwards the signal to each and to its descendants (the
     kernel); `wait` returns once the child and those descendants are gone, killing them after STOP_GRACE_S. Once
-    stopped, no new child starts."""
+    stopped, no new child starts. Each child runs in a session of its own (a terminal's or Jupyter's signal to the
+    caller's process group reaches the sweep, which decides, not the children behind its back) and, on Linux, dies
+    with the sweep's process (`_DIE_WITH_PARENT`)."""
 
     def __init__(self):
         self.lock = threading.RLock()  # the signal handler takes it in the main thread
         self.procs: dict[subprocess.Popen, list[int]] = {}
         self.stopped: int | None = None
         self.stopped_at = 0.0
+        self.why: str | None = None  # what stopped the sweep when it was not a signal (an exception in it)
 
     def start(self, args: list[str], **kw) -> subprocess.Popen | None:
         with self.lock:
             if self.stopped is not None:
                 return None
-            proc = subprocess.Popen(args, **kw)
+            if sys.platform.startswith("linux"):
+                args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args]
+            proc = subprocess.Popen(args, start_new_session=True, **kw)
             self.procs[proc] = []
             return proc
 
-    def stop(self, signum: int, frame=None) -> None:
+    def stop(self, signum: int, frame=None, why: str | None = None) -> None:
         with self.lock:
             again = self.stopped is not None
+            if not again:
+                self.why = why
             self.stopped, self.stopped_at = (self.stopped or signum), time.monotonic()
             for proc in self.procs:
                 self.procs[proc] = sorted(set(self.procs[proc]) | set(_descendants(proc.pid)))
@@ -445,7 +475,8 @@ def _run_one(spec: RunSpec, run_dir: Path, input_nb: Path, kernel_root: Path, en
             manifest["status"] = "ok"
         elif children.stopped is not None:
             manifest["status"] = "failed"
-            manifest["error"] = f"interrupted by {signal.Signals(children.stopped).name}"
+            manifest["error"] = f"interrupted: {children.why}" if children.why else \
+                f"interrupted by {signal.Signals(children.stopped).name}"
         else:
             manifest["status"] = "failed"
             err = _notebook_error(out_nb)
@@ -663,11 +694,15 @@ def run_sweep(path_or_cfg: str | Path | SweepConfig, jobs: int | None = None, ou
             with _forward_signals(children), ThreadPoolExecutor(max_workers=jobs) as pool:
                 futs = [pool.submit(_run_one, s, sweep_dir / s.run_id, input_nb, kernel_root, env_info, cwd,
                                     pass_out_dir, devices, ray_envs.get(s.run_id), children) for s in todo]
-                for i, f in enumerate(as_completed(futs), 1):
-                    r = f.result()
-                    results[r.run_id] = r
-                    if progress is not None:
-                        progress(i, len(futs), r)
+                try:
+                    for i, f in enumerate(as_completed(futs), 1):
+                        r = f.result()
+                        results[r.run_id] = r
+                        if progress is not None:
+                            progress(i, len(futs), r)
+                except BaseException as e:  # in any thread: the children stop before it propagates (the pool waits)
+                    children.stop(signal.SIGTERM, why=f"the sweep stopped on {type(e).__name__}: {e}"[:300])
+                    raise
         summary.runs = [results[s.run_id] for s in specs]
         if children.stopped is not None:
             raise SweepInterrupted(children.stopped, summary)

@@ -3,9 +3,10 @@
 `load_checked` is what the command line loads problems with: the file (with its `--set` values) is executed in a
 fresh Python process that builds everything on the meta device (no data, any size) and checks it: `get_init_inputs()`
 and `get_inputs()` return lists, `Model(*init)` constructs, the forward runs and returns tensors, nothing is empty and
-the inputs and parameters fit on a GPU. A loop at module level, a `sys.exit`, an `os._exit` or a crash in the file
-then ends that process, not the caller, and the error names the file. Only once the check passed is the file loaded
-in the caller, so a broken problem is never blamed on (or stored against) a candidate.
+the inputs and parameters fit on a GPU; given the target device's memory, they must fit in it (`check_fits`). A loop
+at module level, a `sys.exit`, an `os._exit` or a crash in the file then ends that process, not the caller, and the
+error names the file. Only once the check passed is the file loaded in the caller, so a broken problem is never blamed
+on (or stored against) a candidate.
 
 Where the meta device cannot run a step (a forward that reads values, an explicit `.cuda()`), the step is left
 unchecked and noted; the harness's workers run it for real.
@@ -32,14 +33,33 @@ _CHILD = "from workbench.problems.check import _child; _child()"
 
 
 def load_checked(name_or_path: str | Path, overrides: list[str] | None = None, precision: str | None = None,
-                 timeout_s: float | None = None) -> Problem:
-    """`Problem.load` after the problem passed `check_file` (a shipped built-in without overrides is trusted)."""
+                 timeout_s: float | None = None, memory: tuple[int, str] | None = None) -> Problem:
+    """`Problem.load` after the problem passed `check_file` (a shipped built-in without overrides is trusted).
+    `memory`: (bytes, what they are) the target device's worker holds; inputs and parameters that need more (counted
+    on the meta device) are refused here, before any worker allocates them (`check_fits`)."""
     path = resolve_path(name_or_path)
     pairs = dict(parse_override(t) for t in overrides or [])
     apply_overrides(read_source(path), pairs, str(path))  # names and syntax: said here, without a process
     if pairs or path.parent != BUILTIN_DIR:
-        check_file(path, pairs, precision, TIMEOUT_S if timeout_s is None else timeout_s)
+        report = check_file(path, pairs, precision, TIMEOUT_S if timeout_s is None else timeout_s)
+        check_fits(path, pairs, report.get("bytes"), memory)
     return Problem.load(path, pairs, precision=precision)
+
+
+def check_fits(path: Path, overrides: Mapping[str, str], nbytes: int | None, memory: tuple[int, str] | None) -> None:
+    """`ProblemError` when the inputs and parameters (`nbytes`, counted on meta tensors) cannot fit in `memory`
+    (bytes, in words): a worker would be killed allocating them, which reads like a crash of the machine, not a
+    problem too large. Nothing to compare (no count, no device limit): nothing refused."""
+    if nbytes is None or memory is None or nbytes <= memory[0]:
+        return
+    limit, what = memory
+    sets = ", ".join(f"--set {k}={v}" for k, v in overrides.items())
+    raise ProblemError(f"{path}: the inputs and parameters need {_size(nbytes)} ({nbytes:,} bytes), more than "
+                       f"{what} holds ({_size(limit)}): check the sizes" + (f" (loaded with {sets})" if sets else ""))
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
 
 
 def check_file(path: Path, overrides: Mapping[str, str], precision: str | None, timeout_s: float) -> dict[str, Any]:
@@ -176,4 +196,4 @@ def _child() -> None:
     os._exit(0)  # threads or atexit hooks the file started must not keep this process alive
 
 
-__all__ = ["MAX_BYTES", "TIMEOUT_S", "check_file", "load_checked"]
+__all__ = ["MAX_BYTES", "TIMEOUT_S", "check_file", "check_fits", "load_checked"]

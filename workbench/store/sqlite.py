@@ -187,6 +187,21 @@ def infrastructure_failure(evaluation: Evaluation) -> bool:
     return last is not None and last.verdict == FAIL and any(m in last.reason.lower() for m in INFRASTRUCTURE_MARKERS)
 
 
+# what a stage record holds that says how long this run took, not what it found: two runs equal but for these are
+# one record
+WALL_CLOCK_FIELDS = ("cost_s", "gpu_s")
+
+
+def same_record(stages_a: str, provenance_a: str, stages_b: str, provenance_b: str) -> bool:
+    """Whether two stored evaluations (their `stages` and `provenance` JSON) say the same: equal but for the stages'
+    wall-clock costs (`WALL_CLOCK_FIELDS`)."""
+    if provenance_a != provenance_b:  # both written by `_json` (sorted keys): equal values give equal text
+        return False
+    def verdicts(text: str) -> list[dict[str, Any]]:
+        return [{k: v for k, v in d.items() if k not in WALL_CLOCK_FIELDS} for d in json.loads(text)]
+    return stages_a == stages_b or verdicts(stages_a) == verdicts(stages_b)
+
+
 def reaches(evaluation: Evaluation, fidelity: str) -> bool:
     """Whether a stored ladder answers a request at `fidelity`: it ran that stage or a later one, or it ended in a
     failure (a failed candidate need not be re-run). An inconclusive last stage is not a failure: it may pass later."""
@@ -364,7 +379,11 @@ class Store:
         return candidate.hash
 
     def put_evaluation(self, evaluation: Evaluation) -> int:
-        """Append one evaluation and return its row id. Its problem and candidate must be stored first."""
+        """Append one evaluation and return its row id. Its problem and candidate must be stored first. One equal to
+        an evaluation already stored (`same_record`: the same problem, candidate, device, harness version, fidelity,
+        stages and provenance, the stages' wall-clock costs aside) is not stored again: that row's id is returned (a
+        replayed search asked twice adds nothing). A possible infrastructure failure is always appended: a repeat is
+        what confirms it as the candidate's (`find_evaluation`)."""
         s, prov = evaluation.summary(), evaluation.provenance or {}
         cols = {
             "problem_key": evaluation.problem, "candidate_hash": evaluation.candidate_hash,
@@ -375,8 +394,20 @@ class Store:
             "provenance": _json(prov), "created_at": _now(),
         }
         sql = (f"INSERT INTO evaluations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})")
+        dedupe = not infrastructure_failure(evaluation)
+
+        def write(conn: sqlite3.Connection) -> int:
+            if dedupe:  # looked up inside the write transaction: two writers of one record store it once
+                for row in conn.execute(
+                        "SELECT id, stages, provenance FROM evaluations WHERE problem_key = ? AND candidate_hash = ? "
+                        "AND device = ? AND harness_version IS ? AND fidelity = ? ORDER BY id DESC",
+                        (cols["problem_key"], cols["candidate_hash"], cols["device"], cols["harness_version"],
+                         cols["fidelity"])):
+                    if same_record(row["stages"], row["provenance"], cols["stages"], cols["provenance"]):
+                        return row["id"]
+            return conn.execute(sql, tuple(cols.values())).lastrowid
         try:
-            return self._write(lambda conn: conn.execute(sql, tuple(cols.values())).lastrowid)
+            return self._write(write)
         except sqlite3.IntegrityError as e:
             raise ValueError(f"cannot store evaluation of {evaluation.candidate_hash} on {evaluation.problem}: {e} "
                              "(put_problem and put_candidate first)") from e

@@ -2,9 +2,9 @@
 can be made here (`static_export_available`).
 
 HTML is always available: one self-contained file with plotly.js inlined (opens with no network). PNG, SVG and PDF
-need kaleido (`pip install kaleido`), which draws with a Chrome or Chromium it finds on the machine
-(`apt-get install chromium`; `BROWSER_PATH` names another); where either is missing `save_figure` says so and
-`static_export_available()` is False, and the notebooks keep their HTML fallback.
+need kaleido 1.x (in the `widgets` and `test` extras), which drives a Chrome or Chromium it finds on the machine
+(`apt-get install chromium`; `BROWSER_PATH` names another); where either is missing `save_figure` and
+`image_bytes` say which, `static_export_available()` is False, and the notebooks keep their HTML fallback.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def static_export_available() -> bool:
 def static_export_missing() -> str:
     """Why a static image cannot be made here ("" when it can)."""
     if importlib.util.find_spec("kaleido") is None:
-        return "kaleido is not installed (pip install kaleido)"
+        return "kaleido is not installed (pip install 'kaleido>=1.3,<2', or the widgets extra)"
     if _browser() is None:
         return "kaleido found no Chrome or Chromium (apt-get install chromium, or set BROWSER_PATH)"
     return ""
@@ -75,12 +75,20 @@ def save_figure(fig, path: str | Path, width: int | None = None, height: int | N
     elif fmt == "json":
         path.write_text(fig.to_json(), encoding="utf-8")
     else:
-        missing = static_export_missing()
-        if missing:
-            raise RuntimeError(f"cannot write {path.name}: {missing}; save it as .html instead (self-contained)")
-        if os.environ.get("BROWSER_PATH") is None and _browser():
-            os.environ["BROWSER_PATH"] = _browser()  # kaleido's own search may miss a distribution's chromium
-        w = width or fig.layout.width or 1100
-        h = height or fig.layout.height or 500
-        fig.write_image(str(path), format=fmt, width=w, height=h, scale=scale if fmt == "png" else 1)
+        path.write_bytes(image_bytes(fig, fmt, width, height, scale, what=path.name))
     return path
+
+
+def image_bytes(fig, fmt: str = "png", width: int | None = None, height: int | None = None, scale: float = 2.0,
+                what: str = "a static image") -> bytes:
+    """`fig` drawn by kaleido as `fmt` (png, svg, pdf, jpeg, webp); `width` / `height` in pixels (default: the
+    figure's, else 1100 x 500), `scale` for PNG only. RuntimeError naming what is missing where kaleido or a
+    Chromium is not there."""
+    missing = static_export_missing()
+    if missing:
+        raise RuntimeError(f"cannot write {what}: {missing}; save it as .html instead (self-contained)")
+    if os.environ.get("BROWSER_PATH") is None:
+        os.environ["BROWSER_PATH"] = _browser()  # kaleido's own search may miss a distribution's chromium
+    w = width or fig.layout.width or 1100
+    h = height or fig.layout.height or 500
+    return fig.to_image(format=fmt, width=w, height=h, scale=scale if fmt == "png" else 1)

@@ -21,10 +21,17 @@ LABEL_WIDTH = 48
 FAILED_COLOUR = "#9e9e9e"  # failed nodes: grey
 SKIPPED_COLOUR = "#cbb8e8"  # kept off the GPU by the surrogate: lavender (never measured, so never a speedup)
 UNMEASURED_COLOUR = "#e6e6e6"  # passed / refused / pending: nothing timed
+# deferred: the surrogate was unsure and left the node to the GPU. Its fill stays its measured speedup (or failed
+# grey), so the mark and a dark outline are what set it apart from a node the policy measured on a confident forecast
+DEFERRED_COLOUR = "#4a2c7a"
+DEFERRED_MARK = "◇"
 COLOUR_SCALE = "RdBu"
-# the tiles' colour key, besides the speedup scale (status -> (legend text, colour))
+# the tiles' key, besides the speedup scale (status, or "deferred" for the decision -> (legend text, colour))
 STATUS_KEY = {"failed": ("failed", FAILED_COLOUR), "skipped": ("skipped by the surrogate", SKIPPED_COLOUR),
+              "deferred": (f"{DEFERRED_MARK} deferred: the surrogate was unsure, the GPU decided", DEFERRED_COLOUR),
               "untimed": ("not timed (refused / passed)", UNMEASURED_COLOUR)}
+TILE_SIZE_NOTE = ("Tile size: how many leaves (the latest or abandoned proposals) grew from a node, i.e. its share "
+                  "of the search; not its speed or cost.")
 MAX_DEPTH = 8  # levels drawn at once; deeper ones appear when a tile is clicked (the icicle zooms into it)
 
 
@@ -48,12 +55,16 @@ class SearchTreeInfo:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def deferred(self, i: int) -> bool:
+        """Whether the screening policy deferred node i to the GPU (an unsure forecast)."""
+        return bool(self.decision) and self.decision[i] == "defer"
+
     def tile_text(self, i: int) -> str:
-        """What a tile says first: its speedup (and fidelity) when timed, else its status."""
+        """What a tile says first: its speedup when timed, else its status; `DEFERRED_MARK` after it when the
+        surrogate deferred the node."""
         s, st = self.speedup[i], self.status[i]
-        if s:
-            return f"{s:.3g}x"
-        return "skipped" if st == "skipped" else st
+        text = f"{s:.3g}x" if s else st
+        return f"{text} {DEFERRED_MARK}" if self.deferred(i) else text
 
     @property
     def depth(self) -> list[int]:
@@ -227,16 +238,23 @@ def _legend(fig, info: SearchTreeInfo, go) -> None:
         marker=dict(colorscale=COLOUR_SCALE, cmin=-span, cmax=span, color=[0.0], showscale=True,
                     colorbar=dict(title=dict(text="speedup<br>vs eager", side="top"), tickvals=ticks,
                                   ticktext=[f"{2.0 ** t:g}x" for t in ticks], thickness=14, len=0.8))))
-    present = set(info.status)
+    present = set(info.status) | ({"deferred"} if any(map(info.deferred, range(len(info)))) else set())
     untimed = any(s is None and st not in ("failed", "skipped") for s, st in zip(info.speedup, info.status))
     for key, (name, colour) in STATUS_KEY.items():
         if key in present or (key == "untimed" and untimed):
+            marker = (dict(color=colour, size=13, symbol="square-open", line=dict(width=3)) if key == "deferred"
+                      else dict(color=colour, size=13, symbol="square", line=dict(color="#666666", width=1)))
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                                     marker=dict(color=colour, size=13, symbol="square",
-                                                 line=dict(color="#666666", width=1))))
+                                     marker=marker))
     fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), plot_bgcolor="rgba(0,0,0,0)",
                       legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", itemclick=False,
                                   itemdoubleclick=False))
+
+
+def _outlines(info: SearchTreeInfo) -> dict[str, list]:
+    """Tile borders: white, a thick dark one around a deferred node."""
+    flags = [info.deferred(i) for i in range(len(info))]
+    return dict(color=[DEFERRED_COLOUR if d else "white" for d in flags], width=[3 if d else 1 for d in flags])
 
 
 def tree_height(info: SearchTreeInfo, kind: str = "icicle") -> int:
@@ -271,9 +289,10 @@ def plot_search_tree(info: SearchTreeInfo, kind: str = "auto", title: str | None
     """The tree as an icicle (`kind="icicle"`, levels left to right) or a treemap (`"treemap"`, each node's
     children tiled inside it); `"auto"` picks the icicle for small trees and the treemap beyond
     `AUTO_TREEMAP_LEAVES` leaves, where an icicle's tiles get too thin to read. One tile per node, coloured by log2
-    speedup (key: the colour bar and the legend: failed grey, skipped by the surrogate lavender, untimed pale); each
-    tile shows the speedup (or the status), the node id and what it changed; a tile's extent is its share of the
-    leaves below it. Tiles too small for readable text stay blank (hover them); clicking a tile zooms into its
+    speedup (key: the colour bar and the legend: failed grey, skipped by the surrogate lavender, untimed pale; a
+    node the surrogate deferred to the GPU is marked `DEFERRED_MARK` and outlined); each tile shows the speedup (or
+    the status), the node id and what it changed; a tile's extent is its share of the leaves below it (the note
+    under the figure says so). Tiles too small for readable text stay blank (hover them); clicking a tile zooms into its
     subtree, and at most `max_depth` levels are drawn at once. Hover shows the move, status and stage, the speedup,
     the surrogate's decision and the reason."""
     go = graph_objects()
@@ -286,13 +305,15 @@ def plot_search_tree(info: SearchTreeInfo, kind: str = "auto", title: str | None
     trace = dict(ids=[str(i) for i in info.ids], parents=["" if p is None else str(p) for p in info.parents],
                  labels=info.labels, text=[info.tile_text(i) for i in range(len(info))],
                  texttemplate=_templates(info, kind, height),
-                 marker=dict(colors=node_colours(info), line=dict(color="white", width=1)),
+                 marker=dict(colors=node_colours(info), line=_outlines(info)),
                  customdata=[[_hover(info, i), f"#{n}", c] for i, (n, c) in enumerate(zip(info.ids, changes))],
                  hovertemplate="<b>%{label}</b><br>%{customdata[0]}<extra></extra>",
                  maxdepth=max_depth if max(info.depth or [0]) >= max_depth else -1, sort=False)
     fig = go.Figure(go.Icicle(**trace, tiling=dict(orientation="h")) if kind == "icicle"
                     else go.Treemap(**trace, tiling=dict(pad=3)))
     _legend(fig, info, go)
+    fig.add_annotation(text=TILE_SIZE_NOTE, showarrow=False, xref="paper", yref="paper", x=0, y=0, xanchor="left",
+                       yanchor="top", yshift=-6, font=dict(size=11, color="#555555"))
     best = info.best
     layout(fig, title or (f"search tree: {len(info)} nodes" + (f", best #{best} at "
                                                                f"{info.speedup[info.ids.index(best)]:.3g}x"

@@ -6,9 +6,10 @@ figure a notebook shows carry three representations:
 - an HTML `<div>` that draws the figure with plotly.js, for `jupyter nbconvert --to html`, nbviewer and any other
   HTML view: plotly.js itself is inlined once per notebook (in the output of the cell that called
   `setup_figures`), never loaded from a CDN, so an executed notebook opened offline shows its figures;
-- with `static=True` and kaleido available (`workbench.viz.static_export_available`), a PNG, for viewers that run no
-  scripts (a code host's notebook preview). Off by default: kaleido starts a browser and takes seconds per figure;
-  where kaleido or Chromium is missing the HTML fallback stays and `setup_figures` says so.
+- with `static=True` and kaleido available (`workbench.viz.static_export_available`: kaleido 1.x, in the widgets
+  and test extras, and a Chrome/Chromium for it to drive), a PNG, for viewers that run no scripts (a code host's
+  notebook preview). Off by default: kaleido starts a browser, about a second per figure; where kaleido or Chromium
+  is missing the HTML fallback stays and `setup_figures` says which one is missing.
 
 `figure_bundle(fig)` is the same bundle for code that displays figures itself (`display_static`).
 """
@@ -17,9 +18,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..viz.export import figure_html, static_export_available, static_export_missing
+from ..viz.export import figure_html, image_bytes, static_export_available, static_export_missing
 
 RENDERER = "workbench_html"
+PNG_RENDERER = "workbench_png"
+PNG_WIDTH = 1100  # pixels, for a figure that sets no width (it follows the cell width when drawn interactively)
 _state: dict[str, Any] = {"plotlyjs": False, "static": False}
 
 
@@ -57,17 +60,40 @@ def _html_renderer():
     return OfflineHTMLRenderer()
 
 
+def _png(fig) -> str:
+    """The figure as a base64 PNG, drawn by kaleido (`viz.export.image_bytes`) at its own size or PNG_WIDTH."""
+    import base64
+
+    return base64.b64encode(image_bytes(fig, "png", width=fig.layout.width or PNG_WIDTH, scale=1.0)).decode()
+
+
+def _png_renderer():
+    from plotly.io._base_renderers import MimetypeRenderer
+
+    class StaticPNGRenderer(MimetypeRenderer):
+        """image/png for a figure, through the same kaleido call as `save_figure` (plotly's own "png" renderer
+        draws at kaleido's 700 x 500 default)."""
+
+        def to_mimebundle(self, fig_dict):
+            from plotly import graph_objects as go
+
+            return {"image/png": _png(go.Figure(fig_dict, skip_invalid=True))}
+
+    return StaticPNGRenderer()
+
+
 def setup_figures(static: bool = False) -> None:
     """Make every figure the notebook displays from here on carry the JSON mimetype and inline-HTML fallback (and a
     PNG with `static` where kaleido can draw one), and inline plotly.js once, in this cell's output (plotly's
-    default renderer becomes `"plotly_mimetype+workbench_html"`, with `"+png"` when static)."""
+    default renderer becomes `"plotly_mimetype+workbench_html"`, with `"+workbench_png"` when static)."""
     import plotly.io as pio
 
     pio.renderers[RENDERER] = _html_renderer()
+    pio.renderers[PNG_RENDERER] = _png_renderer()
     names = ["plotly_mimetype", RENDERER]
     _state["static"] = bool(static) and static_export_available()
     if _state["static"]:
-        names.append("png")
+        names.append(PNG_RENDERER)
     pio.renderers.default = "+".join(names)
     include_plotlyjs(force=True)
     if static and not _state["static"]:
@@ -87,9 +113,7 @@ def figure_bundle(fig) -> dict[str, Any]:
                               "text/html": figure_html(fig, include_plotlyjs=False, full_html=False),
                               "text/plain": f"<{type(fig).__name__}: {_title(fig)}>"}
     if _state["static"]:
-        import base64
-
-        bundle["image/png"] = base64.b64encode(fig.to_image(format="png")).decode()
+        bundle["image/png"] = _png(fig)
     return bundle
 
 

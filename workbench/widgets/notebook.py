@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pandas as pd
 
 from .. import viz
@@ -21,7 +22,7 @@ from ..surrogates.comparison import SurrogateComparison
 from ..surrogates.features import training_table
 from ..surrogates.learned import LearnedSurrogate
 from .figures import show_figure
-from .progress import StepProgress, progress_iter
+from .progress import ItemProgress, StepProgress
 from .search_widget import SearchWidget, display_static
 
 SURROGATES = ("none", "roofline", "learned", "llm")
@@ -141,20 +142,55 @@ def show(search, interactive: bool = True, **kw):
 
 def compare_surrogates(surrogates=("learned", "roofline", "prior", "random"), split: str = "problem",
                        folds: int = 5, seed: int = 0, trees: int = 250, data: str = "", interactive: bool = False):
-    """`workbench.surrogates.comparison.surrogate_comparison`, one surrogate at a time with a progress bar (or a line
-    per surrogate): the same folds and the same numbers, and a long cell that says where it is."""
+    """`workbench.surrogates.comparison.surrogate_comparison`, one surrogate at a time with a progress bar that moves
+    once per fold trained and scored (or a line per fold, headless): the same folds and the same numbers, and a long
+    cell that says where it is (the learned surrogate takes tens of seconds a fold)."""
 
     factories = evaluate.default_surrogates(seed, trees)
     unknown = [s for s in surrogates if s not in factories]
     if unknown or not surrogates:
         raise ValueError(f"unknown surrogate(s) {unknown}; choose from {sorted(factories)}")
     table = training_table(load("candidates", data or None), load("problems", data or None))
+    fold_of = evaluate.split_folds(table, split, folds, seed)  # as evaluate splits: cheap, and the bar's length
+    n_folds = len(np.unique(fold_of[fold_of >= 0]))
+    bar = ItemProgress(len(surrogates) * n_folds, interactive, desc=f"{split} split, {n_folds} folds")
+    ticker = _FoldTicker(bar, n_folds)
     preds: dict = {}
     results: dict = {}
-    for name in progress_iter(list(surrogates), interactive, desc=f"{split} split, {folds} folds"):
-        results.update(evaluate.evaluate(table, split, {name: factories[name]}, k=folds, seed=seed,
-                                         predictions=preds))
+    for name in surrogates:
+        results.update(evaluate.evaluate(table, split, {name: ticker.counting(name, factories[name])}, k=folds,
+                                         seed=seed, predictions=preds))
+        ticker.finish()
     return SurrogateComparison(split, next(iter(results.values()))["folds"], table, preds, results)
+
+
+class _FoldTicker:
+    """Ticks `bar` once per fold: `evaluate` builds a fresh surrogate for each fold (the factory is called as a fold
+    starts), so a call means the fold before it is done, and `finish` closes the surrogate's last fold."""
+
+    def __init__(self, bar: ItemProgress, n_folds: int):
+        self.bar, self.n_folds, self.done = bar, n_folds, 0
+        self.name, self.started = "", 0
+
+    def counting(self, name: str, factory):
+        self.name, self.started = name, 0
+
+        def make():
+            if self.started:
+                self._tick()
+            self.started += 1
+            return factory()
+
+        return make
+
+    def finish(self) -> None:
+        if self.started:
+            self._tick()
+        self.started = 0
+
+    def _tick(self) -> None:
+        self.done += 1
+        self.bar(self.done, self.bar.total, f"{self.name}, fold {self.started} of {self.n_folds}")
 
 
 def all_findings(search) -> list[dict]:
