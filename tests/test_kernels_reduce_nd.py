@@ -146,7 +146,8 @@ def _cases():
         spec = _softmax(op, shape, dim)
         ref = f"torch.{op}(x, {dim})"
         c.append((f"{op}-r{len(shape)}d{dim}-onepass", "softmax_nd", spec, None, ref, {}))
-        c.append((f"{op}-r{len(shape)}d{dim}-chunks", "softmax_nd", spec, {"BLOCK_R": 4, "BLOCK_I": 16, "num_warps": 1}, ref, {}))
+        chunks = {"BLOCK_R": 4, "BLOCK_I": 16, "num_warps": 1}
+        c.append((f"{op}-r{len(shape)}d{dim}-chunks", "softmax_nd", spec, chunks, ref, {}))
     shifted = _softmax("softmax", (2, 9, 13), 1, expr="x * 2.0 + y", inputs=(EI("x", "full"), EI("y", "full")))
     c.append(("softmax-prologue", "softmax_nd", shifted, None, "torch.softmax(x * 2.0 + y, 1)", dict(y=True)))
     c.append(("softmax-bf16", "softmax_nd", _softmax("softmax", (4, 24, 9), 1, dtype="bfloat16"), None,
