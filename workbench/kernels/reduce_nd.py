@@ -373,6 +373,26 @@ class ReduceNDFamily:
 
 # ------------------------------------------------------------------------------------------------------ scan
 
+def _tile_problem(config: dict[str, Any], block_key: str, length_name: str, length: int, inner: int) -> str | None:
+    """The rules a [block, BLOCK_I] tile over one walked dim (scanned, normalised) and the inner positions keeps."""
+    bl, bi, warps = config[block_key], config["BLOCK_I"], config["num_warps"]
+    for key, v in ((block_key, bl), ("BLOCK_I", bi)):
+        if _pow2(key, v):
+            return _pow2(key, v)
+    if warps not in WARPS:
+        return f"num_warps {warps} not in {WARPS}"
+    if inner == 1 and bi != 1:
+        return "inner is 1: BLOCK_I must be 1"
+    if inner > 1 and bi > max(16, next_pow2(inner)):
+        return f"BLOCK_I {bi} wider than the {inner} inner positions"
+    if bl > max(1, next_pow2(length)):
+        return f"{block_key} {bl} longer than {length_name} = {length}"
+    budget = register_budget(ELEMS_PER_THREAD, warps)
+    if bl * bi / (32 * warps) > budget:
+        return f"{bl}x{bi} tile over {32 * warps} threads: more than {budget:.0f} elements a thread (spills)"
+    return threads_check(warps, bl * bi)
+
+
 @dataclasses.dataclass(frozen=True)
 class ScanNDSpec:
     """op along L of the [outer, L, inner] view of `expr`'s value (shape `shape`); the output has that shape and
@@ -420,22 +440,7 @@ class ScanNDFamily:
         problem = _scan_spec_problem(spec)
         if problem:
             return problem
-        bl, bi, warps = config["BLOCK_L"], config["BLOCK_I"], config["num_warps"]
-        for key, v in (("BLOCK_L", bl), ("BLOCK_I", bi)):
-            if _pow2(key, v):
-                return _pow2(key, v)
-        if warps not in WARPS:
-            return f"num_warps {warps} not in {WARPS}"
-        if spec.inner == 1 and bi != 1:
-            return "inner is 1: BLOCK_I must be 1"
-        if spec.inner > 1 and bi > max(16, next_pow2(spec.inner)):
-            return f"BLOCK_I {bi} wider than the {spec.inner} inner positions"
-        if bl > max(1, next_pow2(spec.L)):
-            return f"BLOCK_L {bl} longer than L = {spec.L}"
-        budget = register_budget(ELEMS_PER_THREAD, warps)
-        if bl * bi / (32 * warps) > budget:
-            return f"{bl}x{bi} tile over {32 * warps} threads: more than {budget:.0f} elements a thread (spills)"
-        return threads_check(warps, bl * bi)
+        return _tile_problem(config, "BLOCK_L", "L", spec.L, spec.inner)
 
     def default(self, spec: ScanNDSpec) -> dict[str, Any]:
         bi = 1 if spec.inner == 1 else min(64, max(16, next_pow2(spec.inner)))
@@ -546,22 +551,7 @@ class SoftmaxNDFamily:
         problem = _softmax_spec_problem(spec)
         if problem:
             return problem
-        br, bi, warps = config["BLOCK_R"], config["BLOCK_I"], config["num_warps"]
-        for key, v in (("BLOCK_R", br), ("BLOCK_I", bi)):
-            if _pow2(key, v):
-                return _pow2(key, v)
-        if warps not in WARPS:
-            return f"num_warps {warps} not in {WARPS}"
-        if spec.inner == 1 and bi != 1:
-            return "inner is 1: BLOCK_I must be 1"
-        if spec.inner > 1 and bi > max(16, next_pow2(spec.inner)):
-            return f"BLOCK_I {bi} wider than the {spec.inner} inner positions"
-        if br > max(1, next_pow2(spec.R)):
-            return f"BLOCK_R {br} longer than R = {spec.R}"
-        budget = register_budget(ELEMS_PER_THREAD, warps)
-        if br * bi / (32 * warps) > budget:
-            return f"{br}x{bi} tile over {32 * warps} threads: more than {budget:.0f} elements a thread (spills)"
-        return threads_check(warps, br * bi)
+        return _tile_problem(config, "BLOCK_R", "R", spec.R, spec.inner)
 
     def default(self, spec: SoftmaxNDSpec) -> dict[str, Any]:
         """The whole of R in registers where it fits a 4096-element tile, else chunks of it."""
