@@ -16,6 +16,12 @@ if ls .kbwheels/*.whl > /dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 if [ -f .kbstate/state.tar.gz ]; then tar xzf .kbstate/state.tar.gz -C /tmp; fi
+# A card with no measured ceilings (the roofline floor, the copy-bandwidth test) gets them now, while the GPU is idle;
+# they come back in $OUT/ceilings/ to be committed under results/ceilings/.
+if ! python3 -c "import sys, torch; from workbench.core import ceilings; sys.exit(0 if ceilings.load(torch.cuda.get_device_name()) else 1)"; then
+  timeout 180 python3 experiments/measure_ceilings.py > "$OUT/ceilings.log" 2>&1 && mkdir -p "$OUT/ceilings" && \
+    cp results/ceilings/*.json "$OUT/ceilings/"
+fi
 # The GPU tests that share the GPU only through the per-GPU evaluation lock (every stage they time holds it, as the
 # benchmark's do), so they may run beside the benchmark without disturbing its timings (GPU_TESTS=1: in parallel).
 # If ncu fails under the driver's isolation, the two narrower modes are tried to find what ncu needs.

@@ -45,7 +45,7 @@ def test_ncu_counters_and_findings_on_a_real_candidate():
     assert isinstance(r["findings"], list) and r["summary"]
 
 
-def test_energy_of_candidate_and_reference():
+def test_energy_of_candidate_and_reference(gpu_to_itself):
     problem = Problem.load(EX.problem)
     w = Worker({"CUDA_VISIBLE_DEVICES": "0"}, name="energy")
     try:

@@ -202,6 +202,17 @@ def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path,
     assert captured.err.count("(from a previous run)") == 3 and "1_relu.py: correct, kernel\n" in captured.err
     assert "correct+kernel" in captured.out and "level1" in captured.out
 
+    # a row measured on another card is that card's number, not this run's: it is redone, and the run says why
+    row_path = out / "files" / "level2__1_group_conv.py.json"
+    row = json.loads(row_path.read_text())
+    assert row["device"] == "cpu"
+    row_path.write_text(json.dumps({**row, "device": "cuda:NVIDIA H200"}))
+    assert main(argv[:-1]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("(from a previous run)") == 3
+    assert "1_group_conv.py redone: its row was measured on cuda:NVIDIA H200, this run is on cpu" in captured.err
+    assert json.loads(row_path.read_text())["device"] == "cpu"
+
 
 @pytest.mark.timeout(300)
 def test_stage_timeouts_reach_the_cpu_pool(bench_dir, tmp_path):

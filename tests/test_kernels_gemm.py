@@ -449,7 +449,7 @@ def _has_cuda() -> bool:
 @pytest.mark.parametrize("family", ["gemm", "attention"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU (run on the H200)")
-def test_gpu_rendered_kernels_match_torch(tmp_path_factory, family):
+def test_gpu_rendered_kernels_match_torch(tmp_path_factory, family, gpu_to_itself):
     results = _run_cases(tmp_path_factory.mktemp(f"gpu_{family}"), "cuda")[family]
     bad = {k: v for k, (v, tol) in results.items() if isinstance(v, str) or not v < tol}
     assert not bad, "\n".join(f"{k}: {v}" for k, v in bad.items())
@@ -474,7 +474,7 @@ def _compiled(jit_fn) -> str:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU (run on the H200)")
-def test_gpu_speed(tmp_path):
+def test_gpu_speed(tmp_path, gpu_to_itself):
     import torch
     from triton.testing import do_bench
     torch.manual_seed(0)
@@ -526,7 +526,7 @@ def test_gpu_speed(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU (run on the H200)")
-def test_gpu_valid_configs_compile_without_spills(tmp_path):
+def test_gpu_valid_configs_compile_without_spills(tmp_path, gpu_to_itself):
     """A seeded sample of each valid space compiles for sm_90 and runs; spills are printed and must stay rare."""
     import torch
     rng = random.Random(RANDOM_SEED)

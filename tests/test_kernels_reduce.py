@@ -632,7 +632,7 @@ def _gpu_subset(cases: list[Case], per_spec: int = 3) -> list[Case]:
 
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
-def test_families_on_gpu(tmp_path):
+def test_families_on_gpu(tmp_path, gpu_to_itself):
     """The same comparisons compiled for the GPU (three configs per spec), where a CUDA GPU is visible."""
     from workbench.devices import cuda_gpu_count
 
@@ -724,7 +724,7 @@ def bench_defaults(root: Path, configs: dict | None = None) -> list[tuple[str, f
 
 
 @pytest.mark.gpu
-def test_default_configs_speed(tmp_path):
+def test_default_configs_speed(tmp_path, gpu_to_itself):
     """Default configs within 2x of torch's time on typical shapes (a loose guard; prints the table)."""
     from workbench.devices import cuda_gpu_count
 

@@ -433,6 +433,21 @@ def test_energy_per_call_subtracts_idle_power():
     assert r.busy_watts == pytest.approx(0.002 / 1e-4 + 60) and r.window_s >= 1.0
 
 
+def test_energy_window_is_long_enough_when_the_gpu_boosts_after_calibration():
+    """Calibrated at an idle clock, the calls then run 4x faster: the window is topped up to its promised length and
+    the per-call numbers divide by the calls that actually ran."""
+    g = FakeGPU(call_s=4e-4)
+    real_work = g.work
+
+    def work():
+        real_work()
+        if g.calls == 600:  # past calibration (512 calls): the clock boosts
+            g.call_s = 1e-4
+    r = energy.measure_energy(work, 1.0, 3, counter=g.counter, sync=lambda: None, clock=g.clock, sleep=g.sleep)
+    assert r.window_s >= 1.0 and r.seconds_per_call == pytest.approx(1e-4, rel=0.05)
+    assert r.joules_per_call == pytest.approx(0.002, rel=1e-6)
+
+
 def test_energy_windows_absorb_a_coarse_counter():
     g = FakeGPU(step_s=0.02)  # the counter moves every 20 ms: a 1 s window keeps the error near 2 %
     r = energy.measure_energy(g.work, 1.0, 3, counter=g.counter, sync=lambda: None, clock=g.clock, sleep=g.sleep)

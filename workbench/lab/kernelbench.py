@@ -353,6 +353,12 @@ def _write_row(out: Path, path: Path, row: FileResult) -> None:
     os.replace(tmp, target)  # a row is either whole or absent: an interrupted write is redone, never half-read
 
 
+def _same_device(row: FileResult, here: str) -> bool:
+    """Whether a stored row may stand for a run on `here`: rows from before the device was stamped on failure rows
+    count only when the file never ran (bad input does not depend on the card)."""
+    return row.device == here or (not row.device and row.status == "bad input")
+
+
 def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=None,
               progress: Callable[[int, int, FileResult, bool], None] | None = None) -> list[FileResult]:
     """Every file's row, in `files` order; rows already under `out/files` are reused (resume). `device`: an open
@@ -360,10 +366,15 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
     after each file."""
     out.mkdir(parents=True, exist_ok=True)
     done = load_done(out)
+    here = device.name if device is not None else "cpu"
     rows: dict[str, FileResult] = {}
     todo = []
     for f in files:
         prior = done.get(relative_name(f))
+        if prior is not None and not _same_device(prior, here):
+            print(f"kernelbench: {prior.file} redone: its row was measured on {prior.device or 'an unnamed device'}, "
+                  f"this run is on {here}", file=sys.stderr)
+            prior = None  # a row measured on another card is not this card's number
         if prior is not None:
             rows[prior.file] = prior
             if progress:
@@ -380,6 +391,7 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
                     row = FileResult.from_dict(fut.result())
                 except Exception as e:  # a pool process that died: this file's row says so
                     row = _failure_row(f, e, time.monotonic())
+                row.device = row.device or here
                 _write_row(out, f, row)
                 rows[row.file] = row
                 if progress:
@@ -395,6 +407,7 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
                                          skip_compile=cfg.skip_compile, timeout_s=cfg.timeout_s)
                 else:
                     row = search_file(f, device, store, cfg.budget_gpu_s, cfg.strategy, cfg.overrides)
+                row.device = row.device or here
                 _write_row(out, f, row)
                 rows[row.file] = row
                 if progress:

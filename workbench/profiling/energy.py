@@ -111,20 +111,30 @@ def measure_energy(fn: Callable[[], Any], min_window_s: float = 1.0, repeats: in
     per_call = max(dt / n, 1e-9)
     calls = max(1, math.ceil(min_window_s / per_call))
 
-    per_repeat, totals, idle_w, busy_w, windows = [], [], [], [], []
+    per_repeat, totals, idle_w, busy_w, windows, counts = [], [], [], [], [], []
     for _ in range(repeats):
         e0, t0 = counter(), clock()  # idle window, next to its busy window so drift falls on both
         sleep(min_window_s)
         e1, t1 = counter(), clock()
         idle = (e1 - e0) / 1e3 / (t1 - t0)
         e0, t0 = counter(), clock()
-        for _ in range(calls):
-            fn()
-        sync()
+        done = 0
+        # The calibration ran at whatever clock the GPU idled at; once it boosts, calls get faster and the planned
+        # count falls short of the window. Top the window up in tenths until it is long enough.
+        chunk = calls
+        while True:
+            for _ in range(chunk):
+                fn()
+            sync()
+            done += chunk
+            if clock() - t0 >= min_window_s or done >= 1 << 26:
+                break
+            chunk = max(1, calls // 10)
         e1, t1 = counter(), clock()
         joules, secs = (e1 - e0) / 1e3, t1 - t0
-        per_repeat.append((joules - idle * secs) / calls)
-        totals.append(joules / calls)
+        per_repeat.append((joules - idle * secs) / done)
+        totals.append(joules / done)
+        counts.append(done)
         idle_w.append(idle)
         busy_w.append(joules / secs)
         windows.append(secs)
@@ -132,8 +142,8 @@ def measure_energy(fn: Callable[[], Any], min_window_s: float = 1.0, repeats: in
     return EnergyResult(
         joules_per_call=med, spread=(max(per_repeat) - min(per_repeat)) / abs(med) if med else 0.0,
         total_joules_per_call=statistics.median(totals), idle_watts=statistics.fmean(idle_w),
-        busy_watts=statistics.fmean(busy_w), calls_per_window=calls, window_s=statistics.fmean(windows),
-        seconds_per_call=statistics.fmean(windows) / calls, per_repeat=per_repeat)
+        busy_watts=statistics.fmean(busy_w), calls_per_window=max(counts), window_s=statistics.fmean(windows),
+        seconds_per_call=sum(windows) / sum(counts), per_repeat=per_repeat)
 
 
 def objective(time_s: float, energy_j: float | None = None, kind: str = "time") -> float:

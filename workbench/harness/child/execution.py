@@ -213,7 +213,9 @@ def widenable(ref_out: Any, precision: str) -> bool:
 # an absolute floor: this many times the reference's largest deviation, for every element (the candidate sums in
 # another order, so its rounding is of the same size, not the same values). A precision downgrade (bf16 or tf32 in
 # an fp32 problem) errs by ~1e-3 of the intermediates, three or more orders above fp32 rounding: still caught.
-FP32_ROUNDING_FACTOR = 4.0
+# 16, not 4: on an output of two elements the reference's deviation is a sample of two and can be lucky-small; a
+# correct H100 candidate of a Conv3d+GroupNorm+mean erred 7.5x the reference's own deviation.
+FP32_ROUNDING_FACTOR = 16.0
 
 
 def reference_rounding(pair: ModelPair, inputs: list[Any], ref_out: Any) -> Rounding | None:
