@@ -306,7 +306,7 @@ def test_recurrent_input_projections_are_hoisted_and_correct(cpu, tmp_path, name
     path = tmp_path / f"{name}.py"
     path.write_text(_recurrent_source(layer, call, tail, inputs, args))
     problem = Problem.load(path)
-    proposer = OfflineProposer(problem)
+    proposer = OfflineProposer(problem, library_modules=())  # traced step by step, not kept as cuDNN calls
     nodes = proposer.captured.nodes
     assert not step_projections(proposer.captured.gm)  # no per-step input product is left
     seq_len = 5 if name != "loop_mm" else 6
@@ -319,6 +319,57 @@ def test_recurrent_input_projections_are_hoisted_and_correct(cpu, tmp_path, name
     assert proposer.coverage(proposer.groups(dict(proposer.default_choice().fuse)))["flops"] == 1.0
     ev = Ladder(cpu).evaluate(problem, proposer.propose(1)[0], up_to="correctness")
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
+LIBRARY_RECURRENT = {
+    # layer, how forward calls it and what it returns, inputs; FLOPs of the gate products
+    "lstm_hn_head": ("nn.LSTM(8, 16, 2, batch_first=True)", "out, (h, c) = self.layer(x, (h0, c0))\n"
+                     "        return self.head(out[:, -1, :]) + h[-1].sum()",
+                     "[torch.randn(3, 5, 8), torch.randn(2, 3, 16), torch.randn(2, 3, 16)]", "x, h0, c0",
+                     2 * 5 * 3 * (4 * 16 * (8 + 16) + 4 * 16 * (16 + 16))),
+    "gru_bidirectional_default_state": ("nn.GRU(8, 16, 1, bidirectional=True)", "y, h = self.layer(x)\n"
+                                        "        return self.head(y) * 2.0",
+                                        "[torch.randn(5, 3, 8)]", "x", 2 * 2 * 5 * 3 * 3 * 16 * (8 + 16)),
+    "rnn_tanh_unbatched": ("nn.RNN(8, 16, 1)", "y, h = self.layer(x, h0)\n        return torch.relu(h)",
+                           "[torch.randn(5, 8), torch.randn(1, 16)]", "x, h0", 2 * 5 * 16 * (8 + 16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_RECURRENT))
+def test_recurrent_layers_stay_library_calls_and_the_rest_gets_kernels(cpu, tmp_path, name):
+    """nn.LSTM / nn.GRU / nn.RNN stay one node each (the candidate calls its own copy of the layer: cuDNN on a GPU,
+    where the step-by-step kernels ran 13-20x slower than eager), with the layer's FLOPs; what surrounds the layer
+    is still lowered to generated kernels and the candidate is correct."""
+    import torch
+
+    from workbench.proposers.library_modules import is_module_call
+
+    layer, body, inputs, args, flops = LIBRARY_RECURRENT[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+                    f"        super().__init__()\n        self.layer = {layer}\n"
+                    f"        self.head = nn.Linear(32 if 'bidirectional' in {layer!r} else 16, 4)\n"
+                    f"    def forward(self, {args}):\n        {body}\n"
+                    f"def get_inputs():\n    return {inputs}\ndef get_init_inputs():\n    return []\n")
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    calls = [n for n in proposer.captured.nodes if is_module_call(n)]
+    assert len(calls) == 1 and calls[0].args[0] == "layer"
+    assert proposer.captured.node_flops[calls[0].name] == flops
+    assert not [n for n in proposer.captured.nodes if n.target is torch.ops.aten.unbind.int]  # nothing unrolled
+    cand = proposer.propose(1)[0]
+    assert "self.layer(" in cand.source and "@triton.jit" in cand.source
+    ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
+def test_library_call_outside_its_capture_says_so():
+    import torch
+
+    from workbench.proposers.library_modules import module_call
+
+    with pytest.raises(RuntimeError, match="outside the capture"):
+        module_call("lstm", '{"args": [{"tensor": 0}], "kwargs": {}}', [torch.zeros(2, 3, 4)])
 
 
 def test_anonymous_specs_rename_inputs_only():

@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..problems.loader import ProblemError
 from ..problems.problem import Problem
 from .hoist import hoist_step_projections
+from .library_modules import LIBRARY_MODULES, is_module_call, kept_as_library_calls, node_flops
 from .rewrite import canonical_forms
 
 
@@ -113,10 +114,11 @@ class _ScalarsKeepValues(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def capture(problem: Problem) -> Captured:
+def capture(problem: Problem, library_modules: tuple[type[torch.nn.Module], ...] = LIBRARY_MODULES) -> Captured:
     """The graph of the reference in the mode the file constructs it (KernelBench never calls `.eval()`: training
     mode, so BatchNorm uses batch statistics and its running-stat updates are in the graph, in place on the buffer
-    placeholders, as the harness runs it)."""
+    placeholders, as the harness runs it). Submodules of `library_modules` (recurrent layers) stay one
+    `workbench::module_call` node each, which the candidate runs as the submodule itself (`library_modules.py`)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     model, inputs = _build_on_meta(problem)
@@ -135,15 +137,16 @@ def capture(problem: Problem) -> Captured:
         # make_fx flattens the outputs: the forward's leaves, then the attributes' new values
         return (result, tuple(v for _, v in written)) if written else result
 
-    try:
-        with torch.no_grad(), _ScalarsKeepValues():
-            out = model(*inputs)
-            _restore(snapshot)
-            gm = make_fx(run)(state, *inputs)
-    except Exception as e:
-        raise ProblemError(f"{problem.path}: the reference could not be captured as a graph on meta tensors "
-                           f"({type(e).__name__}: {e}); this is a limit of the offline proposer's capture, "
-                           f"not necessarily of the model") from e
+    with kept_as_library_calls(model, library_modules):
+        try:
+            with torch.no_grad(), _ScalarsKeepValues():
+                out = model(*inputs)
+                _restore(snapshot)
+                gm = make_fx(run)(state, *inputs)
+        except Exception as e:
+            raise ProblemError(f"{problem.path}: the reference could not be captured as a graph on meta tensors "
+                               f"({type(e).__name__}: {e}); this is a limit of the offline proposer's capture, "
+                               f"not necessarily of the model") from e
     if isinstance(out, torch.Tensor):
         output_kind = "tensor"
     elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
@@ -156,7 +159,8 @@ def capture(problem: Problem) -> Captured:
     canonical_forms(gm)  # mv, baddbmm, scaled addmm as the forms the partitioner lowers
     _single_output_forms(gm)
     constants = _constant_sources(gm, model)
-    flops, nbytes = _node_costs(gm)
+    with kept_as_library_calls(model, library_modules):  # a library call's FLOPs come from its module's settings
+        flops, nbytes = _node_costs(gm)
     return Captured(problem, gm, list(state), ["tensor" if isinstance(x, torch.Tensor) else "value" for x in inputs],
                     output_kind, flops, nbytes, constants, list(writes))
 
@@ -298,9 +302,12 @@ def _node_costs(gm: GraphModule) -> tuple[dict[str, int], dict[str, int]]:
         kwargs = {k: _meta_arg(v) for k, v in node.kwargs.items()}
         f = 0
         try:
-            with FlopCounterMode(display=False) as fc:
-                node.target(*args, **kwargs)
-            f = int(fc.get_total_flops())
+            if is_module_call(node):
+                f = node_flops(*args)
+            else:
+                with FlopCounterMode(display=False) as fc:
+                    node.target(*args, **kwargs)
+                f = int(fc.get_total_flops())
         except Exception:
             pass
         flops[node.name] = f

@@ -24,6 +24,7 @@ from ..problems.problem import Problem
 from .choice import Choice, canonical_json
 from .graph import Captured, capture
 from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
+from .library_modules import LIBRARY_MODULES
 from .partition import Group, fusion_points, partition
 from .render import render_module
 
@@ -31,9 +32,11 @@ NETWORK_CONVS = 3  # convolution groups from which a problem is a network (see `
 
 
 class OfflineProposer:
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, library_modules: tuple = LIBRARY_MODULES):
+        """`library_modules`: submodule types kept as one vendor-library call (recurrent layers by default; `()`
+        traces through them, step by step)."""
         self.problem = problem
-        self.captured: Captured = capture(problem)
+        self.captured: Captured = capture(problem, library_modules)
         self.precision = problem.effective_precision
         self.fusion_points = fusion_points(self.captured, self.precision)
         self._layouts: dict[tuple, list[Group]] = {}

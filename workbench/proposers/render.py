@@ -7,7 +7,8 @@
   The class `Model` itself is never referenced.
 - tensor constants of the graph (`get_attr`) are the model's plain tensor attributes (`self.hidden`) or literals.
 - `forward` replays the captured graph: parameters by state-dict name, a launcher call where a group produces a value,
-  `torch.ops.aten` calls for every node left to torch (views, unsupported ops).
+  `torch.ops.aten` calls for every node left to torch (views, unsupported ops), and a call of the submodule itself
+  for each submodule kept as a library call (`library_modules.py`: recurrent layers).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from torch.fx import Node
 
 from ..problems.problem import Problem
 from .graph import Captured
+from .library_modules import call_source, is_module_call, module_expression
 from .partition import Group
 
 HEADER = "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport triton\n" \
@@ -220,6 +222,12 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
             if node is g.out:
                 fn = codes[g.gid][2]
                 lines.append(f"        {node.name} = {fn}({', '.join(g.args)}){g.post}")
+            continue
+        if is_module_call(node):  # a submodule kept as a library call: the candidate calls its own copy
+            path, call, tensors = node.args
+            expr = call_source(module_expression(path), call, [t.name for t in tensors])
+            # flattened as the graph's getitems read it; contiguous, the layout the graph was traced with
+            lines.append(f"        {node.name} = [_t.contiguous() for _t in torch.utils._pytree.tree_leaves({expr})]")
             continue
         target = node.target
         if target is operator.getitem:
