@@ -16,6 +16,8 @@
     (the same screened search grown to MIN_NODES nodes on replay, then the widget), the headless Chromium runs it
     with Lab's own *Run All* command over the DevTools protocol (`workbench.lab.browser.DevTools`), waits for the
     widget's buttons and figures, and screenshots the page: ipywidgets controls, tree, budget curve, node panel.
+    The figures must span the output area (plotly's own FigureWidget stays at its 700 px default there:
+    `workbench.widgets.fit_width`); the drawn widths are printed and a figure narrower than 90 % of it fails.
 
 Needs the `widgets` and `test` extras (JupyterLab and nbconvert are in `test`) and Chromium (`apt-get install
 chromium`). `--only a,c` takes some of them. The HTML pages are kept under `--keep` when given (they hold plotly.js:
@@ -108,6 +110,12 @@ _READY = (f"!!(window.jupyterapp && {_PANEL} && ({_PANEL}).sessionContext.sessio
 _DRAWN = (f"{_READY} && document.querySelectorAll('.jp-OutputArea-output .widget-button').length >= 3 && "
           "document.querySelectorAll('.jp-OutputArea-output .main-svg').length >= 4")
 
+# the widget's output area and each plotly figure's drawn width (its first svg), in CSS pixels
+_WIDTHS = ("(() => { const out = document.querySelector('.jp-OutputArea-output .widget-button')"
+           ".closest('.jp-OutputArea-output'); return {output_px: Math.round(out.getBoundingClientRect().width), "
+           "figure_px: Array.from(out.querySelectorAll('.js-plotly-plot')).map(g => "
+           "Math.round(g.querySelector('.main-svg').getBoundingClientRect().width))}; })()")
+
 
 def _wait_for_server(url: str, server, timeout: float) -> None:
     import urllib.request
@@ -164,6 +172,7 @@ def lab_shot(out_png: Path, work: Path, port_wait_s: float = 90) -> dict:
                           "'.jp-Cell').scrollIntoView(); 1")
             time.sleep(2)  # plotly's resize after the scroll
             dom = page.evaluate("document.documentElement.outerHTML")
+            widths = page.evaluate(_WIDTHS)
             page.screenshot(out_png)
     finally:
         server.terminate()
@@ -172,7 +181,7 @@ def lab_shot(out_png: Path, work: Path, port_wait_s: float = 90) -> dict:
         except subprocess.TimeoutExpired:
             server.kill()
     return {"seconds": ran_s, "errors": dom.count("Error displaying widget"), "svg": dom.count('class="main-svg"'),
-            "skipped": dom.count(">skipped<"), "buttons": dom.count("widget-button")}
+            "skipped": dom.count(">skipped<"), "buttons": dom.count("widget-button"), **widths}
 
 
 def main() -> int:
@@ -219,8 +228,10 @@ def main() -> int:
             facts = lab_shot(shot, work)
             print(f"(c) {shot}: the widget in a live JupyterLab, drawn after {facts['seconds']:.0f} s (Run All of a "
                   f"{MIN_NODES}-node screened search); {facts['buttons']} widget buttons, {facts['svg'] // 2} plotly "
-                  f"figures, 'skipped' tiles {facts['skipped']}; 'Error displaying widget' {facts['errors']} times")
-            failed |= bool(facts["errors"])
+                  f"figures, 'skipped' tiles {facts['skipped']}; 'Error displaying widget' {facts['errors']} times; "
+                  f"figures drawn {facts['figure_px']} px wide in a {facts['output_px']} px output area")
+            failed |= bool(facts["errors"]) or not facts["figure_px"] or \
+                min(facts["figure_px"]) < 0.9 * facts["output_px"]
     return 1 if failed else 0
 
 

@@ -240,6 +240,96 @@ def test_widget_strategy_seed_and_budget_controls(problem):
     w.close()
 
 
+def test_widget_figures_fill_the_output_width(problem):
+    """The widget's FigureWidgets are `fit_width`'s: plotly's own front-end module, unchanged, inside one that
+    redraws each view at its element's width (under anywidget plotly's view never hears of the attach, so it stays
+    at the 700 px it measured detached). What a browser shows is the screenshot script's check (c); here: the
+    layout (autosize, no width), the module that ships plotly's text whole, and what it needs of plotly's."""
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("anywidget")
+    from workbench.widgets import SearchWidget
+    from workbench.widgets.fit_width import PLOTLY_SOURCE, figure_widget, figure_widget_class
+
+    w = SearchWidget(Search(problem, RecordingGPU(), per_step=3, seed=0), background=False)
+    cls = figure_widget_class()
+    for fig in (w.figure, w.budget_figure):
+        assert isinstance(fig, cls) and isinstance(fig, go.FigureWidget)
+        assert fig.layout.autosize is True and fig.layout.width is None  # the width is the element's
+    w.on_step()  # a redraw from Python (the layout replaced) keeps it so
+    assert w.figure.layout.autosize is True and w.figure.layout.width is None
+    w.close()
+    plotly_esm = str(go.FigureWidget._esm)
+    esm = figure_widget().get_state()["_esm"]
+    assert esm == cls._esm and PLOTLY_SOURCE not in esm and "ResizeObserver" in esm
+    literal = re.search(r"^const source = (.*);$", esm, re.M).group(1)
+    assert json.loads(literal) == plotly_esm  # plotly's module as it is, not edited
+    # what the resize needs of the installed plotly: its view exported, with the methods the module wraps
+    assert re.search(r"export\{[^}]*\bas FigureView\b[^}]*\bas default\}", plotly_esm)
+    for method in ("perform_render(){", "autosizeFigure(){", "remove(){"):
+        assert method in plotly_esm
+    fixed = figure_widget(go.Figure(layout=dict(width=500)))
+    assert fixed.layout.width == 500 and fixed.layout.autosize is None  # an explicit width is kept
+
+
+_STUB_PLOTLY = """
+export let calls = {autosize: 0, removed: 0};
+export class FigureView {
+  constructor(el) { this.el = el; }
+  perform_render() { return "rendered"; }
+  autosizeFigure() { calls.autosize += 1; }
+  remove() { calls.removed += 1; }
+}
+export default {stub: true};
+"""
+_DRIVER = """
+const observers = [];
+globalThis.ResizeObserver = class {
+  constructor(callback) { this.callback = callback; this.observed = []; observers.push(this); }
+  observe(el) { this.observed.push(el); }
+  disconnect() { this.disconnected = true; }
+};
+globalThis.Blob = class { constructor(parts) { this.text = parts.join(""); } };
+URL.createObjectURL = (b) => "data:text/javascript;base64," + Buffer.from(b.text).toString("base64");
+URL.revokeObjectURL = () => {};
+const mod = await import(process.argv[2]);
+const el = {style: {}};
+const view = new mod.FigureView(el);
+const out = [view.perform_render(), el.style.width, el.style.minWidth, observers[0].observed[0] === el];
+const size = (w) => observers[0].callback([{contentRect: {width: w}}]);
+const stub = await import(process.argv[3]);
+for (const w of [0, 700, 700.2, 0, 1320]) { size(w); out.push(stub.calls.autosize); }
+view.remove();
+out.push(observers[0].disconnected === true, stub.calls.removed, mod.default.stub === true);
+console.log(JSON.stringify(out));
+"""
+
+
+def test_fit_width_module_resizes_on_width_changes(tmp_path):
+    """`fit_width`'s JavaScript run by node against a stand-in for plotly's module (a stub ResizeObserver): the
+    element fills its container, a change to a new non-zero width redraws the figure (0 = detached or hidden, and
+    an unchanged width, do not), `remove` disconnects, the default export is plotly's."""
+    import shutil
+    import subprocess
+
+    from workbench.widgets.fit_width import fit_width_esm
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the module's JavaScript")
+    stub = tmp_path / "stub.mjs"
+    stub.write_text(_STUB_PLOTLY)
+    # the wrapper imports plotly's text through a Blob URL, here a data: URL of a module that re-exports the stub
+    wrapper = tmp_path / "fit_width.mjs"
+    wrapper.write_text(fit_width_esm(f"export * from {json.dumps(stub.as_uri())}; "
+                                     f"export {{default}} from {json.dumps(stub.as_uri())};"))
+    driver = tmp_path / "driver.mjs"
+    driver.write_text(_DRIVER)
+    r = subprocess.run([node, str(driver), wrapper.as_uri(), stub.as_uri()], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["rendered", "100%", "0", True, 0, 1, 1, 1, 2, True, 1, True]
+
+
 def _assert_figures_survive(outputs: list, figures: int) -> None:
     """plotly.js inlined once (never from a CDN), every figure as plotly's JSON and as inline HTML."""
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]

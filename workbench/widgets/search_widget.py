@@ -31,6 +31,7 @@ from ..search.strategies import STRATEGIES
 from ..surrogates.selective import SelectivePolicy
 from ..viz.export import figure_html
 from .figures import figure_bundle, include_plotlyjs
+from .fit_width import figure_widget
 
 FILTERS = {"all nodes": {}, "hide skipped": {"hide": ("skipped",)},
            "hide skipped and failed": {"hide": ("skipped", "failed")}, "best path": {"path_to": "best"}}
@@ -108,8 +109,9 @@ class SearchWidget:
         """`background`: Step runs in a thread so Stop can be clicked (False: in the caller, as tests do);
         `new_search(strategy, seed, budget_gpu_s)`: what New search builds (default `new_search_like`)."""
         try:
+            import anywidget  # noqa: F401 - plotly's FigureWidget is one
             import ipywidgets as W
-            import plotly.graph_objects as go
+            import plotly.graph_objects  # noqa: F401 - the figures are built by fit_width.figure_widget
         except ImportError as e:  # pragma: no cover - only where the extra is missing
             raise ImportError("SearchWidget needs ipywidgets and plotly (and anywidget for plotly's FigureWidget), "
                               "the 'widgets' extra: pip install 'workbench[widgets]'") from e
@@ -148,8 +150,9 @@ class SearchWidget:
         self.summary = W.HTML(value=html.escape(_summary(search)), layout=full)
         self.tree_info = viz.get_search_tree_info(search)
         self.shown = self.tree_info
-        self.figure = go.FigureWidget(viz.plot_search_tree(self.tree_info, kind=kind))
-        self.budget_figure = go.FigureWidget(self._budget_plot())
+        # FigureWidgets that fill the output area's width (plotly's own stay at 700 px in JupyterLab: fit_width)
+        self.figure = figure_widget(viz.plot_search_tree(self.tree_info, kind=kind))
+        self.budget_figure = figure_widget(self._budget_plot())
         self.node_selector = W.Dropdown(options=_node_options(self.tree_info), description="node", layout=full)
         self.detail = W.HTML(value="", layout=full)
         self.step_button.on_click(self.on_step)
