@@ -309,3 +309,36 @@ def test_ptx_facts():
     assert not facts["mma"] and not facts["local_memory"]
     assert compile_probe.ptx_facts("mma.sync.aligned.m16n8k16\n.local .align 4")["mma"] is True
     assert compile_probe.ptx_facts("")["wgmma"] is False
+
+
+def test_compile_from_a_script_that_imports_torch_at_its_top(tmp_path):
+    """A researcher's script importing workbench (and so torch) at its top: the spawned worker re-imports it before
+    its private TMPDIR is set, which had fixed Python's temp dir on the machine's /tmp (read-only under isolation)
+    and failed every ptxas call. The compile stage passes from such a script."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "research.py"
+    script.write_text(textwrap.dedent('''
+        from workbench.core.candidate import Candidate
+        from workbench.devices.local import LocalDevice
+        from workbench.examples import EXAMPLES
+        from workbench.harness.ladder import Ladder
+        from workbench.problems import Problem
+        from workbench.proposers.offline import OfflineProposer  # noqa: F401 (torch, triton and their temp dir)
+        if __name__ == "__main__":
+            ex = EXAMPLES[0]
+            problem = Problem.load(ex.problem, list(ex.cpu_overrides))
+            ev = Ladder(LocalDevice("cpu")).evaluate(problem, Candidate.from_file(ex.path), up_to="compile")
+            print([(s.name, s.verdict, s.reason) for s in ev.stages])
+            raise SystemExit(0 if ev.ok else 1)
+    '''))
+    import os
+    from pathlib import Path
+
+    import workbench
+    root = str(Path(workbench.__file__).parents[1])
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Read-only" not in proc.stdout

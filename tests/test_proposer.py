@@ -426,3 +426,56 @@ def test_every_suite_problem_gets_a_correct_candidate(cpu, name):
     cand = proposer.render(proposer.default_choice())
     ev = Ladder(cpu).evaluate(problem, cand, up_to="correctness")
     assert ev.ok and ev.fidelity == "correctness", (name, [(s.name, s.reason) for s in ev.stages])
+
+
+MHA_BLOCK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(embed_dim, num_heads)
+        self.norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x)
+        return self.norm(y + x)
+
+def get_inputs():
+    return [torch.randn(24, 2, 32)]
+
+def get_init_inputs():
+    return [32, 2]
+'''
+
+
+def test_multihead_attention_is_one_flash_kernel(cpu, tmp_path):
+    """nn.MultiheadAttention traces as 3-D bmm over batch x heads with the scale on Q, and returns averaged
+    weights the block discards: the weights are dropped and the product-softmax-product becomes one attention
+    kernel (the 16384-token block materialised 8.6 GB of scores before); the candidate is correct."""
+    path = tmp_path / "mha_block.py"
+    path.write_text(MHA_BLOCK)
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    groups = proposer.groups(dict(proposer.default_choice().fuse))
+    (att,) = [g for g in groups if g.family == "attention"]
+    assert att.spec.head_dim == 16 and abs(att.spec.scale - 16 ** -0.5) < 1e-9
+    import torch
+    assert not [n for n in proposer.captured.nodes if n.target is torch.ops.aten.mean.dim]  # the averaged weights
+    assert all(n.target is not torch.ops.aten._softmax.default for g in groups if g is not att for n in g.nodes)
+    ev = Ladder(cpu).evaluate(problem, proposer.render(proposer.default_choice()), up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
+def test_discarded_values_are_dropped_but_random_draws_stay(tmp_path):
+    import torch
+
+    path = tmp_path / "discarded.py"
+    path.write_text("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                    "        unused = torch.exp(x).sum()\n        noise = torch.rand_like(x)\n"
+                    "        return torch.relu(x) + torch.rand_like(x)\n"
+                    "def get_inputs():\n    return [torch.randn(4, 8)]\ndef get_init_inputs():\n    return []\n")
+    targets = [n.target for n in OfflineProposer(Problem.load(path)).captured.nodes if n.op == "call_function"]
+    assert torch.ops.aten.exp.default not in targets and torch.ops.aten.sum.default not in targets
+    assert targets.count(torch.ops.aten.rand_like.default) == 2  # the unread draw still advances the generator

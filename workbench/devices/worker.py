@@ -160,6 +160,9 @@ def _isolate(private_dir: str) -> dict[str, Any]:
 
 def _child_main(conn, env: dict[str, str], deadline=None, label=None) -> None:
     os.environ.update(env)
+    # A spawned child re-imports the caller's script first: one importing torch at its top has had the temp dir
+    # picked (the machine's /tmp, read-only under isolation: every compile failed) before TMPDIR was set here.
+    tempfile.tempdir = None
     private_dir = env.get("WORKBENCH_WORKER_DIR")
     isolated: dict[str, Any] = {"active": False, "reason": "no private directory"}
     if private_dir:

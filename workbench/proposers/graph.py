@@ -155,6 +155,7 @@ def capture(problem: Problem, library_modules: tuple[type[torch.nn.Module], ...]
         raise ProblemError(f"{problem.path}: the offline proposer handles outputs that are a tensor or a tuple/list "
                            f"of tensors, not {type(out).__name__}")
     functionalise_inplace(gm)
+    drop_dead_values(gm)  # outputs forward discards (MultiheadAttention's averaged weights) cost nothing
     hoist_step_projections(gm)  # a recurrent layer's input products, one GEMM over all steps
     canonical_forms(gm)  # mv, baddbmm, scaled addmm as the forms the partitioner lowers
     _single_output_forms(gm)
@@ -191,6 +192,28 @@ def _constant_sources(gm: GraphModule, model: torch.nn.Module) -> dict[str, str]
             out[node.target] = (f"torch.tensor({values!r}, dtype={c.dtype}).reshape({tuple(c.shape)!r})"
                                 if c.dim() else f"torch.tensor({c.item()!r}, dtype={c.dtype})")
     return out
+
+
+def _is_pure(node: Node) -> bool:
+    """Whether dropping the node, unread, changes nothing: a value-returning op that writes no argument and draws
+    no random numbers (an unread `rand` still advances the generator the next random op reads)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    return torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
+
+
+def drop_dead_values(gm: GraphModule) -> None:
+    """Remove pure nodes nothing reads, last first (so a chain that only fed a discarded value goes too)."""
+    for node in reversed(list(gm.graph.nodes)):
+        if not node.users and _is_pure(node):
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
 
 
 def _returns_alias(node: Node) -> bool:

@@ -332,7 +332,8 @@ class Partitioner:
 
     def attention_group(self, node, names) -> Group | None:
         """softmax(mask?(scale * Q @ K^T)) @ V written out with 4-D matmuls (as make_fx traces them: expand, view,
-        bmm, view) as one flash-attention kernel; the mask may be a causal triu(ones, 1)."""
+        bmm, view) or 3-D bmm over (batch x heads) (nn.MultiheadAttention, the scale on Q) as one flash-attention
+        kernel; the mask may be a causal triu(ones, 1)."""
         if node.target != aten._softmax.default or not _last_dim(node.args[1], val(node).dim()) or node.args[2]:
             return None
 
@@ -375,6 +376,11 @@ class Partitioner:
         # operand side: contiguous copies the eager matmul needed are not needed by the kernel (it takes strides)
         operand_ops = view_ops | {aten.clone.default}
         q4, qv = through_views(bmm1.args[0], operand_ops)
+        if scale == 1.0 and isinstance(q4, Node) and q4.target in (aten.mul.Tensor, aten.div.Tensor) and \
+                len(q4.users) == 1 and isinstance(q4.args[1], (int, float)):  # the scale applied to Q first
+            scale = float(q4.args[1]) if q4.target == aten.mul.Tensor else 1.0 / float(q4.args[1])
+            chain += qv + [q4]
+            q4, qv = through_views(q4.args[0], operand_ops)
         kt, kv = through_views(bmm1.args[1], operand_ops)
         if not (isinstance(kt, Node) and kt.target == aten.transpose.int and len(kt.users) == 1):
             return None
@@ -397,18 +403,23 @@ class Partitioner:
             final, user = user, single_user(user)
         chain += out_views + [bmm2] + vv + fv + mask_nodes
         tensors = [val(t) if isinstance(t, Node) else None for t in (q4, k4, v4)]
-        if any(t is None or t.dim() != 4 or t.dtype not in DTYPE for t in tensors) or \
-                len({t.dtype for t in tensors}) != 1 or val(final).dim() != 4:
+        # (B, H, S, D), or (B*H, S, D) as nn.MultiheadAttention's bmm traces it (one leading dim of size 1 added)
+        rank = val(final).dim() if isinstance(val(final), torch.Tensor) else 0
+        if rank not in (3, 4) or any(t is None or t.dim() != rank or t.dtype not in DTYPE for t in tensors) or \
+                len({t.dtype for t in tensors}) != 1:
             return None
-        if tuple(val(final).shape) != tuple(tensors[0].shape[:3]) + (tensors[2].shape[3],) or \
-                tensors[0].shape[3] != tensors[1].shape[3] or tensors[2].shape[3] != tensors[0].shape[3]:
+        if tuple(val(final).shape) != tuple(tensors[0].shape[:-1]) + (tensors[2].shape[-1],) or \
+                tensors[0].shape[-1] != tensors[1].shape[-1] or tensors[2].shape[-1] != tensors[0].shape[-1] or \
+                tensors[1].shape[:-2] != tensors[0].shape[:-2] or tensors[2].shape[:-1] != tensors[1].shape[:-1]:
             return None
-        if causal and tuple(val(mask_nodes[1]).shape) != (tensors[0].shape[2], tensors[1].shape[2]):
+        if causal and tuple(val(mask_nodes[1]).shape) != (tensors[0].shape[-2], tensors[1].shape[-2]):
             return None
-        spec = attn.AttentionSpec(tensors[0].shape[3], DTYPE[tensors[0].dtype], causal, scale)
+        spec = attn.AttentionSpec(tensors[0].shape[-1], DTYPE[tensors[0].dtype], causal, scale)
         if not valid_space(attn, spec):
             return None  # no configuration fits (e.g. fp32 with a wide head): the matmuls and softmax stay apart
-        return Group("attention", final, chain, [names[q4], names[k4], names[v4]], spec)
+        lift, post = (".unsqueeze(0)", ".squeeze(0)") if rank == 3 else ("", "")
+        return Group("attention", final, chain, [names[q4] + lift, names[k4] + lift, names[v4] + lift], spec,
+                     post=post)
 
     def rmsnorm_group(self, node, names) -> Group | None:
         """x * rsqrt(mean(x*x, -1, keepdim) + eps) [* weight], written out, as one row kernel."""
