@@ -479,3 +479,21 @@ def test_discarded_values_are_dropped_but_random_draws_stay(tmp_path):
     targets = [n.target for n in OfflineProposer(Problem.load(path)).captured.nodes if n.op == "call_function"]
     assert torch.ops.aten.exp.default not in targets and torch.ops.aten.sum.default not in targets
     assert targets.count(torch.ops.aten.rand_like.default) == 2  # the unread draw still advances the generator
+
+
+def test_sdpa_math_path_is_one_flash_kernel(cpu, tmp_path):
+    """F.scaled_dot_product_attention traced on meta takes the math path: sqrt(scale) on Q and on K^T, views to
+    3-D bmm and back, `_safe_softmax`. It is one attention kernel on the 4-D operands, with the whole scale."""
+    path = tmp_path / "sdpa.py"
+    path.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+                    "class Model(nn.Module):\n    def forward(self, q, k, v):\n"
+                    "        return F.scaled_dot_product_attention(q, k, v) * 2.0\n"
+                    "def get_inputs():\n    return [torch.randn(2, 3, 24, 16), torch.randn(2, 3, 20, 16), "
+                    "torch.randn(2, 3, 20, 16)]\ndef get_init_inputs():\n    return []\n")
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    groups = proposer.groups(dict(proposer.default_choice().fuse))
+    (att,) = [g for g in groups if g.family == "attention"]
+    assert abs(att.spec.scale - 16 ** -0.5) < 1e-9 and not att.post
+    ev = Ladder(cpu).evaluate(problem, proposer.render(proposer.default_choice()), up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]

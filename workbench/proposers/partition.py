@@ -166,7 +166,7 @@ class Partitioner:
                         found.append(g)
                         taken.update(g.nodes)
         for node in self.nodes:
-            if node.target in ROW_OPS and node not in taken:
+            if (node.target in ROW_OPS or node.target == aten._safe_softmax.default) and node not in taken:
                 g = (self.attention_group(node, names) or self.rmsnorm_group(node, names)
                      or self.cross_entropy_group(node, names))
                 if g is not None and not any(n in taken for n in g.nodes):
@@ -334,7 +334,21 @@ class Partitioner:
         """softmax(mask?(scale * Q @ K^T)) @ V written out with 4-D matmuls (as make_fx traces them: expand, view,
         bmm, view) or 3-D bmm over (batch x heads) (nn.MultiheadAttention, the scale on Q) as one flash-attention
         kernel; the mask may be a causal triu(ones, 1)."""
-        if node.target != aten._softmax.default or not _last_dim(node.args[1], val(node).dim()) or node.args[2]:
+        if node.target == aten._safe_softmax.default:  # SDPA's math path: softmax, with rows of -inf giving 0
+            if node.kwargs.get("dtype") is not None or len(node.args) > 2 or \
+                    not _last_dim(node.args[1], val(node).dim()):
+                return None
+        elif node.target != aten._softmax.default or not _last_dim(node.args[1], val(node).dim()) or node.args[2]:
+            return None
+
+        def scalar_factor(n):  # n = x * c or x / c with a Python number c, read once: the factor
+            if not (isinstance(n, Node) and len(n.users) == 1 and len(n.args) == 2 and
+                    isinstance(n.args[1], (int, float)) and not isinstance(n.args[1], bool)):
+                return None
+            if n.target in (aten.mul.Tensor, aten.mul.Scalar):
+                return float(n.args[1])
+            if n.target in (aten.div.Tensor, aten.div.Scalar) and n.args[1] != 0:
+                return 1.0 / float(n.args[1])
             return None
 
         def single_user(n):
@@ -363,9 +377,8 @@ class Partitioner:
             mask_nodes = [mask, ones]
             chain.append(x)
             x = x.args[0]
-        if isinstance(x, Node) and x.target in (aten.mul.Tensor, aten.div.Tensor) and len(x.users) == 1 and \
-                isinstance(x.args[1], (int, float)):
-            scale = float(x.args[1]) if x.target == aten.mul.Tensor else 1.0 / float(x.args[1])
+        if scalar_factor(x) is not None:
+            scale = scalar_factor(x)
             chain.append(x)
             x = x.args[0]
         bmm1, views = through_views(x, view_ops)
@@ -376,16 +389,19 @@ class Partitioner:
         # operand side: contiguous copies the eager matmul needed are not needed by the kernel (it takes strides)
         operand_ops = view_ops | {aten.clone.default}
         q4, qv = through_views(bmm1.args[0], operand_ops)
-        if scale == 1.0 and isinstance(q4, Node) and q4.target in (aten.mul.Tensor, aten.div.Tensor) and \
-                len(q4.users) == 1 and isinstance(q4.args[1], (int, float)):  # the scale applied to Q first
-            scale = float(q4.args[1]) if q4.target == aten.mul.Tensor else 1.0 / float(q4.args[1])
+        if scalar_factor(q4) is not None:  # the scale applied to Q first (or sqrt of it to Q and to K^T: SDPA)
+            scale *= scalar_factor(q4)
             chain += qv + [q4]
             q4, qv = through_views(q4.args[0], operand_ops)
         kt, kv = through_views(bmm1.args[1], operand_ops)
+        if scalar_factor(kt) is not None:
+            scale *= scalar_factor(kt)
+            chain += kv + [kt]
+            kt, kv = through_views(kt.args[0], operand_ops)
         if not (isinstance(kt, Node) and kt.target == aten.transpose.int and len(kt.users) == 1):
             return None
         k4 = kt.args[0]
-        chain += qv + kv + [kt]
+        chain += kv + [kt]
         # consumer side: softmax -> expand/view -> bmm(., V) -> view back to 4-D
         cur, out_views = node, []
         user = single_user(cur)
@@ -401,10 +417,19 @@ class Partitioner:
         while user and user.target in (aten._unsafe_view.default, aten.view.default):
             fv.append(user)
             final, user = user, single_user(user)
-        chain += out_views + [bmm2] + vv + fv + mask_nodes
-        tensors = [val(t) if isinstance(t, Node) else None for t in (q4, k4, v4)]
+        chain += out_views + [bmm2] + fv + mask_nodes
         # (B, H, S, D), or (B*H, S, D) as nn.MultiheadAttention's bmm traces it (one leading dim of size 1 added)
         rank = val(final).dim() if isinstance(val(final), torch.Tensor) else 0
+
+        def at_rank(end, walked):  # stop walking back where the operand still has the output's rank (SDPA's Q, V)
+            while walked and not (isinstance(val(end), torch.Tensor) and val(end).dim() == rank):
+                end = walked.pop()
+            return end, walked
+
+        q4, qv = at_rank(q4, qv)
+        v4, vv = at_rank(v4, vv)
+        chain += qv + vv
+        tensors = [val(t) if isinstance(t, Node) else None for t in (q4, k4, v4)]
         if rank not in (3, 4) or any(t is None or t.dim() != rank or t.dtype not in DTYPE for t in tensors) or \
                 len({t.dtype for t in tensors}) != 1:
             return None
