@@ -341,3 +341,14 @@ def test_gpu_default_candidates_of_every_family_are_correct(tmp_path):
         print(f"{r.file}: {'correct' if r.correct else 'NOT correct'}, {r.families}, {r.seconds} s; {r.reason}")
     bad = {r.file: r.reason or r.status for r in rows if not (r.correct and r.generated)}
     assert not bad, bad
+
+
+def test_search_ids_name_the_card():
+    """A state resumed on another card must start a new search, not collide with the first card's in the store
+    (an H100 state resumed on an H200 refused six files with SearchMismatch)."""
+    from workbench.lab.kernelbench import search_id
+
+    h100 = search_id("level3/36_LSTMHn@abc", "greedy", 8, 0, "cuda:NVIDIA H100 80GB HBM3")
+    h200 = search_id("level3/36_LSTMHn@abc", "greedy", 8, 0, "cuda:NVIDIA H200")
+    assert h100 != h200 and h100.endswith("cuda-nvidia-h100-80gb-hbm3") and h200.endswith("cuda-nvidia-h200")
+    assert search_id("level3/36_LSTMHn@abc", "greedy", 8, 0, "cuda:NVIDIA H200") == h200

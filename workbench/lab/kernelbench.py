@@ -237,6 +237,14 @@ def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: di
     return row
 
 
+def search_id(problem_key: str, strategy: str, budget_gpu_s: float, seed: int, device_name: str) -> str:
+    """The store's id of a file's search. The harness version and the device are part of it: a search begun under
+    other rules (another promotion policy) or on another card is another search, not one to resume (measured: a
+    resumed run refused both, the card's when an H100 state resumed on an H200)."""
+    card = "".join(c if c.isalnum() else "-" for c in device_name).strip("-").lower()
+    return f"kernelbench:{problem_key}:{strategy}:{budget_gpu_s:g}:{seed}:harness{HARNESS_VERSION}:{card}"
+
+
 def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = "greedy",
                 overrides: dict[str, str] | None = None, seed: int = 0, per_step: int = 4) -> FileResult:
     """GPU mode: a search under the budget, then its best candidate through full timing (eager and torch.compile
@@ -247,10 +255,7 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
         problem = Problem.load(str(path), overrides)
         search = make_search(problem, device, strategy=strategy, budget=Budget(budget_gpu_s), store=store,
                              seed=seed, per_step=per_step,
-                             # the harness version too: a search begun under other rules (another promotion
-                             # policy) is another search, not one to resume (measured: a resumed run refused it)
-                             search_id=f"kernelbench:{problem.key}:{strategy}:{budget_gpu_s:g}:{seed}"
-                                       f":harness{HARNESS_VERSION}")
+                             search_id=search_id(problem.key, strategy, budget_gpu_s, seed, device.name))
         search.run()
         row = FileResult(relative_name(path), level_of(path), "ok", device=device.name,
                          sizes="own sizes" if not overrides else "set: " + ", ".join(
