@@ -584,30 +584,3 @@ def test_split_k_hint_follows_the_shape():
     # ieee fp32 tiles are 64x64: 64 tiles, split 4 brings them to 256 CTAs (not 512: over two waves)
     assert gemm.split_k_for(gemm.GemmSpec("float32", "float32"), 1, 512, 512, 1 << 22) == 4
     assert gemm.split_k_for(gemm.GemmSpec("bfloat16", "bfloat16", batched=True), 8, 128, 128, 1 << 20) == 32
-
-
-def test_skinny_outputs_default_to_short_tiles(tmp_path):
-    """An output of at most 32 rows (an RNN step's batch of 8, a batch-1 MLP) defaults to a 16- or 32-row tile over
-    64 columns, valid in every precision; taller outputs keep the 128-row default. The short-tile candidate is
-    correct on the interpreter."""
-    from workbench.devices.local import LocalDevice
-    from workbench.harness.ladder import Ladder
-    from workbench.problems import Problem
-    from workbench.proposers.offline import OfflineProposer
-
-    def group(m, n=96, k=80):
-        prop = OfflineProposer(Problem.load("matmul_fp32", [f"M={m}", f"N={n}", f"K={k}"]))
-        (g,) = [g for g in prop.groups({}) if g.family == "gemm"]
-        return g, prop
-
-    assert [group(m)[0].spec.skinny_m for m in (1, 8, 16, 17, 32, 33, 256)] == [16, 16, 16, 32, 32, 0, 0]
-    for dtype, precision in (("float32", "ieee"), ("float32", "tf32"), ("float32", "tf32x3"), ("bfloat16", "ieee")):
-        spec = gemm.GemmSpec(dtype, dtype, precision=precision, skinny_m=16)
-        cfg = gemm.default(spec)
-        assert (cfg["BM"], cfg["BN"]) == (16, 64) and gemm.check(spec, cfg) is None, (dtype, precision)
-    assert gemm.default(group(33)[0].spec)["BM"] in (64, 128)
-    g, prop = group(8)
-    cand = prop.render(prop.default_choice())
-    assert "BM=16" in cand.source
-    ev = Ladder(LocalDevice("cpu")).evaluate(prop.problem, cand, up_to="correctness")
-    assert ev.ok, [(s.name, s.reason) for s in ev.stages]

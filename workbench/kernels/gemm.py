@@ -62,18 +62,6 @@ class GemmSpec:
     # the split-K factor the problem's shape asks for (`split_k_for`): a few output tiles over a long K leave most
     # SMs idle (256x256 output, K = 524288: 4 CTAs on 132 SMs), so the default splits K and the space reaches further
     split_k_hint: int = 1
-    # the tile height the problem's output asks for (`skinny_m_for`) when it has at most SKINNY_M rows (a batch of 8
-    # in an RNN step, a batch-1 MLP): a 128-row tile would spend 94 % of its products on rows that do not exist, on
-    # few CTAs; 0 otherwise
-    skinny_m: int = 0
-
-
-SKINNY_M = 32
-
-
-def skinny_m_for(m: int) -> int:
-    """The smallest tile height tl.dot takes (16, 32) that covers m rows, or 0 when m > SKINNY_M."""
-    return 0 if m > SKINNY_M else 16 if m <= 16 else 32
 
 
 MAX_SPLIT_K = 64
@@ -107,9 +95,6 @@ def space(spec: GemmSpec) -> list[dict[str, Any]]:
 
 def default(spec: GemmSpec) -> dict[str, Any]:
     base = dict(GROUP_M=8, SPLIT_K=1 if spec.single_output else spec.split_k_hint, PERSISTENT=False)
-    if spec.skinny_m:  # a short tile over more columns' CTAs (BK 32 keeps the fp32 tf32x3 dot from spilling)
-        return dict(BM=spec.skinny_m, BN=64, BK=64 if spec.in_dtype != "float32" else 32, num_warps=4,
-                    num_stages=3, **base)
     if spec.in_dtype != "float32":
         return dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, **base)
     if spec.precision == "ieee":

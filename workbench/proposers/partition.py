@@ -28,7 +28,7 @@ from ..kernels import attention as attn
 from ..kernels import reduce as red
 from ..kernels.base import Epilogue, EpilogueInput, valid_space
 from ..kernels.elementwise import ElementwiseInput, ElementwiseSpec
-from ..kernels.gemm import GemmSpec, skinny_m_for, split_k_for
+from ..kernels.gemm import GemmSpec, split_k_for
 from ..kernels.memory import GatherSpec, PermuteSpec
 from . import patterns
 from .graph import Captured
@@ -270,7 +270,7 @@ class Partitioner:
             return None
         epilogue = None if expr == "acc" else Epilogue(expr, tuple(epi_inputs))
         spec = GemmSpec(DTYPE[va.dtype], DTYPE[out_dtype], batched, precision, epilogue,
-                        single_output=val(result).numel() == 1, skinny_m=skinny_m_for(out.shape[-2]))
+                        single_output=val(result).numel() == 1)
         hint = split_k_for(spec, out.shape[0] if batched else 1, out.shape[-2], out.shape[-1], va.shape[-1])
         if hint > 1:
             spec = dataclasses.replace(spec, split_k_hint=hint)
