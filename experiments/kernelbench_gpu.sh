@@ -5,7 +5,8 @@
 # not ours to commit), wheels they import in .kbwheels/ (einops); the state (out directory + store) travels in .kbstate/state.tar.gz and comes back in $OUT.
 #   GPU_TESTS=1  run the lock-respecting GPU tests beside the benchmark (GPU_TESTS_S, default 420 s)
 #   KB_S         seconds left to the benchmark (default 420); KB_BUDGET  GPU-s of search per file (default 8)
-#   KB_LEVELS    levels to run now (default all of the sample)
+#   KB_LEVELS    levels to run now (default all of the sample); KB_ONLY  files of those (names or globs, comma-separated)
+#   GPU_TEST_FILES  the GPU test files to run (default: the lock-respecting set below)
 #   BENCH_AB=1   also measure throughput with the reference cache off and on (experiments/bench_harness.py)
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
@@ -26,9 +27,9 @@ fi
 # benchmark's do), so they may run beside the benchmark without disturbing its timings (GPU_TESTS=1: in parallel).
 # If ncu fails under the driver's isolation, the two narrower modes are tried to find what ncu needs.
 gpu_tests() {
-  WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu tests/test_isolation.py \
-    tests/test_gpu.py tests/test_kernelbench.py tests/test_gpu_profiling.py tests/test_kernels_gemm.py \
-    tests/test_kernels_reduce.py -v -rA -s -p no:cacheprovider \
+  WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu ${GPU_TEST_FILES:-tests/test_isolation.py \
+    tests/test_gpu.py tests/test_gpu_graph_launch.py tests/test_kernelbench.py tests/test_gpu_profiling.py \
+    tests/test_kernels_gemm.py tests/test_kernels_reduce.py} -v -rA -s -p no:cacheprovider \
     --timeout 240 > "$OUT/gpu_tests.log" 2>&1
   cp /tmp/wbhome/isolation.json "$OUT/" 2>/dev/null
   if grep -q "FAILED tests/test_gpu_profiling.py::test_ncu" "$OUT/gpu_tests.log"; then
@@ -50,6 +51,7 @@ if [ "${BENCH_AB:-0}" = 1 ]; then
 fi
 levels=()
 [ -n "${KB_LEVELS:-}" ] && levels=(--levels "$KB_LEVELS")
+[ -n "${KB_ONLY:-}" ] && levels+=(--only "$KB_ONLY")
 timeout -s INT "${KB_S:-420}" python3 -m workbench.cli kernelbench .kb --sample results/kernelbench/sample.json \
   "${levels[@]}" --device cuda --budget-gpu-s "${KB_BUDGET:-8}" --out /tmp/kbrun/run \
   --store /tmp/kbrun/store.sqlite > "$OUT/kernelbench.log" 2>&1

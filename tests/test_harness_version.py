@@ -15,7 +15,7 @@ from pathlib import Path
 import workbench
 
 HARNESS = Path(workbench.__file__).resolve().parent / "harness"
-RULES = ("child/*.py", "tolerance.py", "static.py", "compile.py")
+RULES = ("child/*.py", "tolerance.py", "static.py", "compile.py", "launch_mode.py")
 
 # version -> {file under workbench/harness: digest of its normalised code}. Version "1"'s digests were recorded when
 # the guard was added, after correctness and timing came to share one output judge (no verdict changed).
@@ -126,6 +126,28 @@ GOLDEN = {
         "child/watchdog.py": "1fa577482a152db2",
         "compile.py": "3faea8ab74bed03e",
         "static.py": "cff284781f6f7df3",
+        "tolerance.py": "b7a4ae1f7efa7f55",
+    },
+    # 7: a candidate declaring LAUNCH_MODE = "cuda_graph" is replayed by the harness as one CUDA graph on a GPU
+    # (copy-in, replay, clone-out; plain where it cannot be replayed, and the record says which ran); the static
+    # stage judges the declaration
+    "7": {
+        "child/__init__.py": "ad2e13b69c4fc1fd",
+        "child/compile_probe.py": "4979a133a9728b25",
+        "child/correctness.py": "f277c830d345d5ef",
+        "child/device_stages.py": "3b28d5db315c04bc",
+        "child/execution.py": "f7033f3601b97f8b",
+        "child/graph_launch.py": "3099c4c937f3b570",
+        "child/interpreter_fixes.py": "104c85e5e08bb0b6",
+        "child/isolation.py": "8da6849a40a1c794",
+        "child/judge.py": "df694b3a7740b7ce",
+        "child/reference_cache.py": "472ff6dbe16fd0a1",
+        "child/sandbox.py": "1744c99df1ac00d5",
+        "child/timing.py": "dcb611dda8b5a358",
+        "child/watchdog.py": "1fa577482a152db2",
+        "compile.py": "3faea8ab74bed03e",
+        "launch_mode.py": "03b6537c1d6a6ac6",
+        "static.py": "e788dd4771d20d17",
         "tolerance.py": "b7a4ae1f7efa7f55",
     },
 }

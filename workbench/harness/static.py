@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..core.records import FAIL, PASS, Stage, StageRecord
 from ..core.safe_ast import PARSE_LOCK
+from .launch_mode import EAGER, LAUNCH_ATTR, LAUNCH_MODES
 
 ERROR, WARNING = "error", "warning"
 FuncDef = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -254,6 +255,36 @@ def check_streams(src: Source) -> list[dict]:
 CONCURRENCY = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess", "signal", "sched",
                "torch.multiprocessing", "torch.jit.fork", "torch.jit._fork", "os.fork", "os.forkpty", "os.system",
                "os.popen", "os.posix_spawn", "os.posix_spawnp", "os.kill", "os.killpg")
+
+
+def launch_declaration(src: Source) -> tuple[str, list[dict]]:
+    """The launch mode the module declares (`LAUNCH_MODE = "cuda_graph"` at module level asks the harness to replay
+    the forward as one CUDA graph) and flags for a declaration the harness cannot trust: a value it does not know,
+    or one assigned anywhere but once at module level (a forward that flips it would change what is timed)."""
+    flags, mode = [], EAGER
+    top = [n for n in src.tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+           and any(isinstance(t, ast.Name) and t.id == LAUNCH_ATTR for t in _targets(n))]
+    for n in src.nodes:
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and LAUNCH_ATTR in n.names:
+            flags.append(_flag("launch", ERROR, n, f"rebinds {LAUNCH_ATTR} inside a function: declare it once at "
+                                                   "module level"))
+        elif (isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n not in top
+              and any(isinstance(t, (ast.Name, ast.Attribute)) and getattr(t, "id", getattr(t, "attr", None))
+                      == LAUNCH_ATTR for t in _targets(n))):
+            flags.append(_flag("launch", ERROR, n, f"assigns {LAUNCH_ATTR} outside the module's top level"))
+    for n in top:
+        value = getattr(n, "value", None)
+        if not (isinstance(value, ast.Constant) and value.value in LAUNCH_MODES):
+            flags.append(_flag("launch", ERROR, n, f"{LAUNCH_ATTR} must be one of {LAUNCH_MODES} as a literal"))
+        else:
+            mode = value.value
+    if len(top) > 1:
+        flags.append(_flag("launch", ERROR, top[1], f"{LAUNCH_ATTR} is assigned {len(top)} times"))
+    return mode, flags
+
+
+def check_launch(src: Source) -> list[dict]:
+    return launch_declaration(src)[1]
 
 
 def check_concurrency(src: Source) -> list[dict]:
@@ -554,7 +585,7 @@ def check_dynamic(src: Source) -> list[dict]:
 
 CHECKS: tuple[Callable[[Source], list[dict]], ...] = (
     check_model, check_kernel_stores, check_fallback, check_streams, check_concurrency, check_patching,
-    check_identity_cache, check_state_cache, check_reference, check_side_effects, check_dynamic)
+    check_identity_cache, check_state_cache, check_reference, check_side_effects, check_dynamic, check_launch)
 
 
 def is_strict_fp32(problem_source: str | None, precision: str = "strict") -> bool:
@@ -601,5 +632,6 @@ def _check_static(source: str, problem_source: str | None, precision: str) -> St
         reason = f"no errors; {len(warnings)} warning(s): {_summary(warnings)}" if warnings else "no issues"
     data = {"parsed": True, "kernels": len(src.kernels), "kernel_names": sorted(src.kernels),
             "load_inline": src.uses_load_inline(), "has_model_new": src.model_new is not None,
-            "strict_fp32": fp32, "errors": len(errors), "warnings": len(warnings)}
+            "strict_fp32": fp32, "errors": len(errors), "warnings": len(warnings),
+            "launch": launch_declaration(src)[0]}
     return StageRecord(Stage.STATIC, verdict, reason, cost_s=time.perf_counter() - t0, data=data, flags=flags)

@@ -35,6 +35,7 @@ from ..core.records import INCONCLUSIVE, Stage, StageRecord
 from ..devices.local import LocalDevice
 from ..harness.budget import Budget
 from ..harness.ladder import Ladder
+from ..harness.launch_mode import CUDA_GRAPH, EAGER
 from ..problems import Problem
 from ..problems.loader import ProblemError, module_constants
 from ..proposers.offline import OfflineProposer
@@ -73,6 +74,12 @@ class FileResult:
     gpu_seconds: float | None = None  # the search's and the final timing's GPU time (GPU modes)
     device: str = ""
     stages: list[list[str]] = dataclasses.field(default_factory=list)  # (stage, verdict, reason) of the last climb
+    # how the timed candidate was launched: "eager", "cuda_graph" (the harness replayed it as one graph) or, for a
+    # declared graph that could not be replayed, "eager (graph refused: why)"
+    launch: str = "eager"
+    # a graph-launched candidate is also timed against torch.compile's own CUDA graphs (mode "reduce-overhead"), in
+    # the same run: KernelBench's baseline is the default mode, which launches kernel by kernel as eager does
+    speedup_vs_reduce_overhead: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -270,7 +277,12 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
         _describe_candidate(row, search.proposer, cand, choice)
         # the final timing is outside the search's budget (a search that spent it still gets its best timed); the
         # store answers what the search already measured at this fidelity
-        final = Ladder(device, store=store, budget=Budget(), compile_modes=search.ladder.compile_modes)
+        modes = tuple(search.ladder.compile_modes)
+        if getattr(choice, "launch", EAGER) == CUDA_GRAPH and "reduce-overhead" not in modes:
+            modes += ("reduce-overhead",)
+        # with a compile mode the search did not time, the store's full timing would answer without it
+        final = Ladder(device, store=store if modes == tuple(search.ladder.compile_modes) else None, budget=Budget(),
+                       compile_modes=modes)
         ev = final.evaluate(problem, cand, up_to=Stage.FULL_TIMING.value, force_full=True)
         row.gpu_seconds = round(search.budget.gpu_spent + final.budget.gpu_spent, 2)
         summary = ev.summary()
@@ -281,6 +293,11 @@ def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = 
             for k in ("speedup_vs_eager", "speedup_vs_compile", "candidate_ms", "eager_ms", "compile_ms"):
                 setattr(row, k, summary.get(k))
         row.stages = _stage_rows(ev)
+        if row.timed:
+            row.speedup_vs_reduce_overhead = full.data.get("speedup_vs_reduce_overhead")
+        launch = (full.data or {}).get("launch") if full is not None else None
+        if launch:
+            row.launch = launch["ran"] if launch["ran"] != "eager" else f"eager (graph refused: {launch['reason']})"
         row.reason = _shortfall(row, ev)
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):

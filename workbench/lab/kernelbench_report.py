@@ -101,7 +101,9 @@ def to_markdown(report: dict[str, Any]) -> str:
               "why it fell short |", "|---" * 10 + "|"]
     for r in report["files"]:
         lines.append(f"| {r['level']} | {r['file'].split('/')[-1]} | {'yes' if r['correct'] else 'no'} | "
-                     f"{'generated' if r['generated'] else 'plain torch'} | {', '.join(r['families']) or '-'} | "
+                     f"{'generated' if r['generated'] else 'plain torch'}"
+                     f"{' (CUDA graph)' if r.get('launch') == 'cuda_graph' else ''} | "
+                     f"{', '.join(r['families']) or '-'} | "
                      f"{_fmt(r['coverage_flops'], True)} | {_fmt(r['coverage_bytes'], True)} | "
                      f"{_fmt(r['speedup_vs_eager'])} | {_fmt(r['speedup_vs_compile'])} | "
                      f"{(r['reason'] or '').replace('|', '/').replace(chr(10), ' ')[:200]} |")

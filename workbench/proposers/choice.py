@@ -16,14 +16,19 @@ def canonical_json(value: Any) -> str:
 class Choice:
     fuse: tuple[tuple[str, bool], ...]  # fusion point -> fused?
     configs: tuple[tuple[str, str], ...]  # group id -> config as canonical JSON
+    launch: str = "eager"  # "eager" or "cuda_graph" (the harness replays the forward as one graph)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fuse": dict(self.fuse), "configs": {k: json.loads(v) for k, v in self.configs}}
+        d = {"fuse": dict(self.fuse), "configs": {k: json.loads(v) for k, v in self.configs}}
+        if self.launch != "eager":  # absent when eager: points recorded before launch modes keep their identity
+            d["launch"] = self.launch
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Choice":
         """The inverse of `to_dict` (events and result rows store choices this way)."""
-        return cls(tuple(sorted(d["fuse"].items())), tuple((g, canonical_json(c)) for g, c in d["configs"].items()))
+        return cls(tuple(sorted(d["fuse"].items())), tuple((g, canonical_json(c)) for g, c in d["configs"].items()),
+                   d.get("launch", "eager"))
 
     @property
     def canonical(self) -> str:
@@ -35,6 +40,8 @@ class Choice:
 def _fields(choice: Choice) -> frozenset[tuple[str, str, str]]:
     d = choice.to_dict()
     out = {("fuse", k, json.dumps(v)) for k, v in d["fuse"].items()}
+    if "launch" in d:
+        out.add(("launch", "launch", d["launch"]))
     for g, cfg in d["configs"].items():
         out |= {(g, k, json.dumps(v, sort_keys=True)) for k, v in cfg.items()}
     return frozenset(out)

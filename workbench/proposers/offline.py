@@ -9,6 +9,7 @@ recorded measurements are matched by, whatever the rendered text).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -24,11 +25,13 @@ from ..problems.problem import Problem
 from .choice import Choice, canonical_json
 from .graph import Captured, capture
 from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
+from .launch import CUDA_GRAPH, EAGER, default_launch, estimate
 from .library_modules import LIBRARY_MODULES
 from .partition import Group, fusion_points, partition
 from .render import render_module
 
 NETWORK_CONVS = 3  # convolution groups from which a problem is a network (see `layout_defaults`)
+MOVE_MIN_LAUNCHES = 3  # kernels per forward from which the search tries the other launch mode
 
 
 class OfflineProposer:
@@ -91,7 +94,8 @@ class OfflineProposer:
         epilogue generated: on the H200 the templates' defaults ran whole CNNs at 0.4-0.6x eager
         (results/kernelbench/h200_sample_l3), and a network's budget is spent before the search's `algo:` moves can
         switch dozens of convolutions. A lone convolution keeps its template default (its first `algo:` move tries
-        the library)."""
+        the library). The launch mode is `launch.default_launch`'s: a CUDA graph where the forward is bound by
+        launching its kernels."""
         groups = self.groups(fuse)
         network = sum(g.family == "conv" for g in groups) >= NETWORK_CONVS
         configs = []
@@ -99,13 +103,18 @@ class OfflineProposer:
             fam = family(g.family)
             cfg = fam.algorithm_default(g.spec, "library") if network and g.family == "conv" else None
             configs.append((g.gid, canonical_json(cfg or fam.default(g.spec))))
-        return Choice(tuple(sorted(fuse.items())), tuple(configs))
+        return Choice(tuple(sorted(fuse.items())), tuple(configs), default_launch(self.captured, groups))
+
+    def launch_estimate(self, choice: Choice) -> dict[str, Any]:
+        """The host/GPU/copy estimate behind a layout's default launch mode (what a reader asks when it flips)."""
+        return estimate(self.captured, self.groups(dict(choice.fuse))).to_dict()
 
     def default_choice(self) -> Choice:
         return self.layout_defaults({p: True for p in self.fusion_points})
 
     def sample(self, n: int, seed: int = 0) -> list[Choice]:
-        """n distinct points (fewer if the space is smaller), the default first, reproducible from the seed."""
+        """n distinct points (fewer if the space is smaller), the default first, reproducible from the seed; each
+        with its layout's default launch mode."""
         rng = random.Random(seed)
         out, seen = [], set()
         first = self.default_choice()
@@ -116,23 +125,26 @@ class OfflineProposer:
             attempts += 1
             fuse = {p: rng.random() < 0.5 for p in self.fusion_points}
             configs = []
-            for g in self.groups(fuse):
+            groups = self.groups(fuse)
+            for g in groups:
                 space = self.group_space(g)
                 configs.append((g.gid, canonical_json(rng.choice(space)) if space else "{}"))
-            c = Choice(tuple(sorted(fuse.items())), tuple(configs))
+            c = Choice(tuple(sorted(fuse.items())), tuple(configs), default_launch(self.captured, groups))
             if c not in seen:
                 seen.add(c)
                 out.append(c)
         return out
 
     def enumerate(self, limit: int | None = None) -> Iterator[Choice]:
-        """Every point in a fixed order (fusion patterns, then configs, last group fastest)."""
+        """Every point in a fixed order (fusion patterns, then configs, last group fastest), each with its layout's
+        default launch mode (the other mode is one `launch:` move away)."""
         count = 0
         for fuse in self.fusion_patterns():
             groups = self.groups(fuse)
             spaces = [[canonical_json(c) for c in self.group_space(g)] or ["{}"] for g in groups]
+            launch = default_launch(self.captured, groups)
             for combo in itertools.product(*spaces):
-                yield Choice(tuple(sorted(fuse.items())), tuple(zip((g.gid for g in groups), combo)))
+                yield Choice(tuple(sorted(fuse.items())), tuple(zip((g.gid for g in groups), combo)), launch)
                 count += 1
                 if limit is not None and count >= limit:
                     return
@@ -161,7 +173,8 @@ class OfflineProposer:
         for cfg in self.group_space(g):
             c = canonical_json(cfg)
             if c != configs.get(gid):
-                yield Choice(choice.fuse, tuple((x.gid, c if x.gid == gid else configs[x.gid]) for x in groups))
+                yield Choice(choice.fuse, tuple((x.gid, c if x.gid == gid else configs[x.gid]) for x in groups),
+                             choice.launch)
 
     def fusion_alternatives(self, choice: Choice) -> Iterator[Choice]:
         """The points one fusion flip away (the new layout starts from its families' defaults, as a fuse move does)."""
@@ -172,7 +185,8 @@ class OfflineProposer:
     def plain_moves(self, choice: Choice, rng: random.Random, k: int = 8, memory=None) -> list[tuple[str, Choice]]:
         """Up to k labelled random moves from a point: "config:<group>" changes one group's configuration,
         "fuse:<node>" flips one fusion point (the new layout starts from its families' defaults). With a search
-        memory, move kinds that paid off more often are drawn more often."""
+        memory, move kinds that paid off more often are drawn more often. The `algo:` moves and the `launch:` move
+        (the other launch mode) come first: each changes the whole candidate at once."""
         fuse = dict(choice.fuse)
         configs = dict(choice.configs)
         groups = self.groups(fuse)
@@ -180,7 +194,7 @@ class OfflineProposer:
         if not kinds:
             return []
         weights = memory.move_weights(kinds) if memory is not None else {"config": 0.8, "fuse": 0.2}
-        out: list[tuple[str, Choice]] = self.algorithm_moves(choice)[:max(1, k // 2)]
+        out: list[tuple[str, Choice]] = self.algorithm_moves(choice)[:max(1, k // 2)] + self.launch_moves(choice)
         for _ in range(4 * k):
             if len(out) >= k:
                 break
@@ -195,7 +209,8 @@ class OfflineProposer:
                     continue
                 new = dict(configs)
                 new[g.gid] = canonical_json(rng.choice(space))
-                move = (f"config:{g.gid}", Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups)))
+                move = (f"config:{g.gid}", Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups),
+                                                  choice.launch))
             if move[1] != choice and all(move[1] != m[1] for m in out):
                 out.append(move)
         return out
@@ -222,17 +237,28 @@ class OfflineProposer:
         out = []
         for algo in by_algo:  # in the families' move order (dicts keep insertion order)
             new = {**configs, **by_algo[algo]}
-            move = Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups))
+            move = Choice(choice.fuse, tuple((x.gid, new[x.gid]) for x in groups), choice.launch)
             if move != choice:
                 out.append((f"algo:{algo}", move))
         return out
+
+    def launch_moves(self, choice: Choice) -> list[tuple[str, Choice]]:
+        """"launch:<mode>": the same kernels under the other launch mode, where the forward launches at least
+        `MOVE_MIN_LAUNCHES` kernels (fewer leave a replay nothing to save) and keeps no state between calls (a graph
+        cannot replay reassigned attributes)."""
+        est = estimate(self.captured, self.groups(dict(choice.fuse)))
+        if est.launches < MOVE_MIN_LAUNCHES or self.captured.state_writes:
+            return []
+        other = EAGER if choice.launch == CUDA_GRAPH else CUDA_GRAPH
+        return [(f"launch:{other}", dataclasses.replace(choice, launch=other))]
 
     def crossover(self, a: Choice, b: Choice, rng: random.Random) -> Choice | None:
         """Each group's configuration from one parent or the other (parents must share the fusion pattern)."""
         if a.fuse != b.fuse:
             return None
         cb = dict(b.configs)
-        child = Choice(a.fuse, tuple((g, cfg if rng.random() < 0.5 else cb.get(g, cfg)) for g, cfg in a.configs))
+        child = Choice(a.fuse, tuple((g, cfg if rng.random() < 0.5 else cb.get(g, cfg)) for g, cfg in a.configs),
+                       a.launch if rng.random() < 0.5 else b.launch)
         return None if child in (a, b) else child
 
     # ---- rendering ----
@@ -260,7 +286,7 @@ class OfflineProposer:
                    "coverage": cov, **choice.to_dict()}
         comment = (f"Generated by workbench's offline proposer for {self.problem.name}.\n\n"
                    f"{json.dumps(summary, indent=1, sort_keys=True)}\n")
-        source = render_module(self.captured, groups, codes, comment)
+        source = render_module(self.captured, groups, codes, comment, choice.launch)
         canonical = choice.canonical
         identity = self.identity(choice)
         cand = Candidate(source, origin=(("kind", "offline"),

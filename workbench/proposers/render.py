@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
+from ..harness.launch_mode import EAGER, LAUNCH_ATTR
 from ..problems.problem import Problem
 from .graph import Captured
 from .library_modules import call_source, is_module_call, module_expression
@@ -167,9 +168,10 @@ def _view_needs_copy(view: Node, owner: dict[Node, Group]) -> bool:
 
 
 def render_module(captured: Captured, groups: list[Group], codes: dict[str, tuple[str, str, str]],
-                  comment: str) -> str:
+                  comment: str, launch: str = EAGER) -> str:
     """codes: gid -> (kernel_src, launcher_src, launcher name); groups mapped to one launcher name share its kernel,
-    which is written once."""
+    which is written once. A launch other than eager is declared as the module's `LAUNCH_MODE` (the harness replays
+    the forward as one CUDA graph)."""
     problem = captured.problem
     owner: dict[Node, Group] = {}
     for g in groups:
@@ -248,5 +250,6 @@ def render_module(captured: Captured, groups: list[Group], codes: dict[str, tupl
     unique = {codes[g.gid][2]: codes[g.gid] for g in groups}  # groups may share one kernel (same name, same source)
     kernels = "\n\n".join(k + "\n" + launcher for k, launcher, _ in unique.values())
     doc = '"""' + comment.replace('"""', "'''") + '"""\n'
-    return (doc + HEADER + ("\n" + prelude if prelude else "") + "\n\n" + kernels + "\n\n"
+    declared = f"\n{LAUNCH_ATTR} = {launch!r}\n" if launch != EAGER else ""
+    return (doc + HEADER + declared + ("\n" + prelude if prelude else "") + "\n\n" + kernels + "\n\n"
             "class ModelNew(torch.nn.Module):\n" + init + "\n" + "\n".join(lines) + "\n")

@@ -25,7 +25,7 @@ import torch
 
 from ...core.records import DEGENERATE_PROBLEM, FAIL, INCONCLUSIVE, PASS, RANDOM_REFERENCE
 from .. import tolerance as tol_mod
-from . import reference_cache
+from . import graph_launch, reference_cache
 from .execution import (
     ModelPair,
     clone,
@@ -138,7 +138,8 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
             "data": {"seeds": ran, "seed_range": [first, stop], "of_seeds": n_seeds, "precision": precision_class,
                      "tolerance": tol.to_dict(), "worst_rel_err": worst_rel,
                      "bound_widened_by_reference_rounding": widened, "bitwise_reproducible": bitwise,
-                     "policy": precision, "fresh_seed": fresh}}
+                     "policy": precision, "fresh_seed": fresh,
+                     **({"launch": launch} if (launch := graph_launch.describe(models.candidate)) else {})}}
 
 
 def _unjudgeable(inputs: list[Any], dev: torch.device, max_cpu_elements: int | None) -> dict[str, Any] | None:

@@ -2,12 +2,14 @@
 
 Builds the reference and the candidate on a device from the same seed (in the mode the file constructs, training
 mode for KernelBench files, never switched to eval), makes fresh random input sets, clones them,
-poisons freed memory, and synchronises every stream. Runs only inside worker processes.
+poisons freed memory, and synchronises every stream. A candidate that declares `LAUNCH_MODE = "cuda_graph"` runs
+under the harness's own CUDA-graph launch on a GPU (`graph_launch`). Runs only inside worker processes.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from typing import Any
 
 import torch
@@ -15,7 +17,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ...problems.loader import ProblemError
 from ...problems.problem import Problem
-from . import sandbox, watchdog
+from . import graph_launch, sandbox, watchdog
 
 POISON_BYTE = 0xFF  # all-ones: NaN for fp32/fp16/bf16, -1 for signed integers
 
@@ -82,6 +84,10 @@ def build_pair(problem: Problem, cand_path: str, device: torch.device, seed: int
             raise sandbox.CandidateError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
         candidate = candidate.to(device).train(reference.training)
         _align_parameters(reference, candidate)
+        try:
+            candidate = graph_launch.wrap(candidate, sys.modules.get(cls.__module__), device)
+        except ValueError as e:
+            raise sandbox.CandidateError(str(e)) from None
     return ModelPair(problem, device, reference, candidate, init, watch)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ...core.records import FAIL, PASS, REFUSED
-from . import sandbox, watchdog
+from . import graph_launch, sandbox, watchdog
 from .execution import (
     CALL_LABEL,
     ModelPair,
@@ -167,6 +167,9 @@ def measure(models: ModelPair, stage: str, floor_ms: float | None = None, seed: 
     data = _speed_data(times, compile_modes or ())
     data.update(method=METHOD, input_sets=len(sets), models_timed=list(timed), timed_wall_s=timed_wall,
                 **compile_info)
+    launch = graph_launch.describe(models.candidate)
+    if launch is not None:  # what ran: a declared graph that fell back to the plain forward says so
+        data["launch"] = launch
     flags = sanity_flags(data, floor_ms)
     return {"verdict": PASS, "reason": _reason(data), "data": data, "flags": flags}
 

@@ -1,0 +1,190 @@
+"""The harness's CUDA-graph launch: a candidate that declares `LAUNCH_MODE = "cuda_graph"` has its forward replayed as
+one captured CUDA graph on a CUDA device.
+
+Why: a network of many small kernels is bound by launching them from Python, not by the GPU (the H100 of session 35:
+ConvViT's ~90 kernels at 0.37x eager, a 256-step RNN loop at 180 us a step against eager's 56 us). One graph replay
+launches them all at once. The harness owns the graph, not the candidate: the static stage still refuses streams and
+graphs in candidate code, since those can move work out of the timed window; here every call's work is on the
+caller's stream, inside the window.
+
+What a call keeps, so a replayed forward means what the plain one does:
+- inputs are copied into the graph's own buffers on every call (the copy is timed with the rest), so new data is seen;
+- outputs are cloned out of the graph's buffers, so a caller's earlier outputs are never overwritten by a later call;
+- the first call of each input signature (shapes, strides, dtypes, scalar values, the model's parameter addresses and
+  mode) runs the plain forward, which compiles its kernels; the second captures and replays;
+- a forward that reassigns a tensor attribute (state carried between calls, like an RNN's `self.hidden`) cannot be
+  replayed (the graph would read the old tensor forever), nor can one that synchronises with the host or has
+  non-flat inputs, or one that writes its inputs in place (a replay would write the graph's copies): it runs plain,
+  and `describe` says why, so a record never claims a graph that did not run.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..launch_mode import CUDA_GRAPH, EAGER, declared_mode
+
+SCALARS = (int, float, bool, str, type(None))
+MAX_GRAPHS = 4  # signatures kept; a caller whose inputs change shape on every call runs plain after these
+
+
+def _cuda_capture(fn: Callable[[], Any]) -> tuple[Callable[[], None], Any]:
+    """Capture fn's kernels as one CUDA graph on a side stream forked from the current one; returns (replay, the
+    outputs the replay writes). Not `torch.cuda.graph`: when a capture fails (a host sync inside it), that context
+    manager's exit raises before it restores the current stream, and every later call would run on the capture's
+    stream; here the stream context is left whatever happens. `thread_local` errors only for this thread's
+    unsafe calls (the watchdog's thread makes none, but need not be judged by another thread's capture)."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    caller, stream = torch.cuda.current_stream(), torch.cuda.Stream()
+    stream.wait_stream(caller)
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    caller.wait_stream(stream)
+    return graph.replay, out
+
+
+def _on_cuda(x: torch.Tensor) -> bool:
+    return x.device.type == "cuda"
+
+
+def _on_cuda_any(values: list[Any]) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in values)
+
+
+class GraphLaunch(torch.nn.Module):
+    """Wraps a constructed candidate; `model` stays a submodule so mode and device moves reach it."""
+
+    def __init__(self, model: torch.nn.Module, capture: Callable | None = None):
+        super().__init__()
+        self.model = model
+        self._capture_fn = capture or _cuda_capture
+        self._graphs: dict[tuple, tuple[Callable[[], None], list[Any], Any]] = {}
+        self._seen: set[tuple] = set()
+        self.replays = 0
+        self.plain_reason: str | None = None  # why the forward runs plain (None while graphs run)
+
+    def describe(self) -> dict[str, Any]:
+        """What ran, for the stage's record."""
+        if self.plain_reason is not None:
+            return {"requested": CUDA_GRAPH, "ran": EAGER, "reason": self.plain_reason}
+        return {"requested": CUDA_GRAPH, "ran": CUDA_GRAPH if self.replays else "not yet", "replays": self.replays,
+                "graphs": len(self._graphs)}
+
+    def _state(self) -> list[torch.Tensor]:
+        return list(self.model.parameters()) + list(self.model.buffers())
+
+    def _signature(self, args: tuple) -> tuple | str:
+        """A hashable key of what a captured graph depends on, or why these inputs cannot be replayed."""
+        key: list[Any] = [self.model.training]
+        for x in args:
+            if isinstance(x, torch.Tensor):
+                if not _on_cuda(x):
+                    return f"an input is on {x.device}, not a CUDA device"
+                key.append((tuple(x.shape), x.stride(), x.dtype, x.device))
+            elif isinstance(x, SCALARS):
+                key.append((type(x), x))
+            else:
+                return f"an input is a {type(x).__name__} (only tensors and Python scalars are replayed)"
+        key.append(tuple(t.data_ptr() for t in self._state()))
+        return tuple(key)
+
+    def _attributes(self) -> dict[tuple[int, str], int]:
+        """Every tensor a submodule holds, by owner and name -> the tensor object's id."""
+        out = {}
+        for m in self.model.modules():
+            for name, v in list(vars(m).items()) + list(m._parameters.items()) + list(m._buffers.items()):
+                if isinstance(v, torch.Tensor):
+                    out[(id(m), name)] = id(v)
+        return out
+
+    def _plain(self, args: tuple, reason: str | None = None) -> Any:
+        if reason is not None and self.plain_reason is None:
+            self.plain_reason = reason
+        return self.model(*args)
+
+    def forward(self, *args: Any) -> Any:
+        if self.plain_reason is not None:
+            return self.model(*args)
+        if torch.is_grad_enabled():  # a replay records no autograd graph: the plain forward does
+            return self.model(*args)
+        key = self._signature(args)
+        if isinstance(key, str):
+            return self._plain(args, key)
+        entry = self._graphs.get(key)
+        if entry is None:
+            if key not in self._seen:  # the plain call first: kernels compile, libraries pick their plans
+                before = self._attributes()
+                versions = [x._version if isinstance(x, torch.Tensor) else None for x in args]
+                out = self.model(*args)
+                changed = self._changed(before)
+                written = [i for i, (x, v) in enumerate(zip(args, versions)) if v is not None and x._version != v]
+                if changed:
+                    self.plain_reason = f"forward reassigns {changed}: state carried between calls is not replayed"
+                elif written:  # a replay would write the graph's copies, not the caller's tensors
+                    self.plain_reason = f"forward writes its input(s) {written} in place"
+                elif len(self._graphs) < MAX_GRAPHS:
+                    self._seen.add(key)
+                return out
+            entry = self._capture(args)
+            if entry is None:
+                return self.model(*args)
+            self._graphs[key] = entry
+        replay, static_inputs, static_out = entry
+        for dst, src in zip(static_inputs, args):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        replay()
+        self.replays += 1
+        return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, static_out)
+
+    def _changed(self, before: dict[tuple[int, str], int]) -> str | None:
+        after = self._attributes()
+        names = {id(m): n or "self" for n, m in self.model.named_modules()}
+        moved = [f"{names.get(o, '?')}.{a}" for (o, a), i in after.items() if before.get((o, a)) != i]
+        return ", ".join(sorted(moved)[:3]) or None
+
+    def _capture(self, args: tuple) -> tuple | None:
+        static = [x.clone() if isinstance(x, torch.Tensor) else x for x in args]
+        before = self._attributes()
+        try:
+            replay, out = self._capture_fn(lambda: self.model(*static))
+        except Exception as e:  # a host sync (.item(), .cpu()) or an op that cannot be captured: run plain
+            from .sandbox import cuda_context_broken
+            if cuda_context_broken(e) and "capture" not in str(e).lower():
+                raise
+            if _on_cuda_any(static):  # an invalidated capture leaves the context usable; anything else re-raises
+                try:
+                    torch.cuda.synchronize()
+                except Exception:
+                    raise e from None
+            self.plain_reason = f"the forward cannot be captured as a CUDA graph: {type(e).__name__}: {str(e)[:200]}"
+            return None
+        changed = self._changed(before)
+        if changed:
+            self.plain_reason = f"forward reassigns {changed}: state carried between calls is not replayed"
+            return None
+        leaves = tree_flatten(out)[0]
+        if not all(isinstance(x, torch.Tensor) or isinstance(x, SCALARS) for x in leaves):
+            self.plain_reason = "the forward returns values other than tensors and Python scalars"
+            return None
+        return replay, static, out
+
+
+def wrap(model: torch.nn.Module, module: Any, device: torch.device) -> torch.nn.Module:
+    """The model as the harness runs it: under GraphLaunch when its module declares cuda_graph and the device is a
+    CUDA GPU (on the CPU, where the interpreter runs kernels, the declaration changes nothing)."""
+    if declared_mode(module) == CUDA_GRAPH and device.type == "cuda":
+        return GraphLaunch(model)
+    return model
+
+
+def describe(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The launch record of a model the harness runs (None for a plain model)."""
+    return model.describe() if isinstance(model, GraphLaunch) else None
