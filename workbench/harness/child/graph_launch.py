@@ -25,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..launch_mode import CUDA_GRAPH, EAGER, declared_mode
+from .sandbox import cuda_context_broken
 
 SCALARS = (int, float, bool, str, type(None))
 MAX_GRAPHS = 4  # signatures kept; a caller whose inputs change shape on every call runs plain after these
@@ -156,7 +157,6 @@ class GraphLaunch(torch.nn.Module):
         try:
             replay, out = self._capture_fn(lambda: self.model(*static))
         except Exception as e:  # a host sync (.item(), .cpu()) or an op that cannot be captured: run plain
-            from .sandbox import cuda_context_broken
             if cuda_context_broken(e) and "capture" not in str(e).lower():
                 raise
             if _on_cuda_any(static):  # an invalidated capture leaves the context usable; anything else re-raises
