@@ -93,3 +93,22 @@ def test_a_forward_that_syncs_with_the_host_runs_plain_and_says_why(gpu, tiny):
     prop = OfflineProposer(tiny)  # the worker's context survived the failed capture
     again = ladder.evaluate(tiny, prop.render(prop.default_choice()), up_to="quick_timing")
     assert again.ok and again.stage("quick_timing").data["launch"]["ran"] == "cuda_graph"
+
+
+def test_a_failed_capture_leaves_stream_and_random_draws_usable():
+    import torch
+
+    from workbench.harness.child import graph_launch
+    x = torch.randn(1024, device="cuda")
+    before = torch.cuda.current_stream()
+    with pytest.raises(Exception):
+        graph_launch._cuda_capture(lambda: x * float(x.sum()))  # .item() inside a capture
+    assert torch.cuda.current_stream() == before
+    torch.randn(16, device="cuda").sum().item()  # the default generator is out of capture mode
+    replay, out = graph_launch._cuda_capture(lambda: x * 2)  # and a later capture works
+    x.copy_(torch.ones_like(x))
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(x, 2.0))
+    _, sync = graph_launch._host_syncs(lambda: x.sum().item())
+    assert sync is not None and "synchroniz" in sync

@@ -51,8 +51,12 @@ def cuda_looking(monkeypatch):
     monkeypatch.setattr(graph_launch, "_on_cuda", lambda x: True)
 
 
-def launched(model, capture):
-    return graph_launch.GraphLaunch(model, capture=capture)
+def no_syncs(fn):
+    return fn(), None
+
+
+def launched(model, capture, sync_check=no_syncs):
+    return graph_launch.GraphLaunch(model, capture=capture, sync_check=sync_check)
 
 
 def test_warm_up_then_capture_then_replay_with_fresh_inputs_and_cloned_outputs(cuda_looking):
@@ -61,21 +65,22 @@ def test_warm_up_then_capture_then_replay_with_fresh_inputs_and_cloned_outputs(c
     with torch.no_grad():
         xs = [torch.randn(3, 4) for _ in range(4)]
         outs = [g(x) for x in xs]
-    assert rec.captures == 1 and g.replays == 3  # call 1 plain, call 2 captures and replays, calls 3-4 replay
+    # call 1 plain, call 2 plain with the host-sync check, call 3 captures and replays, call 4 replays
+    assert rec.captures == 1 and g.replays == 2
     for x, out in zip(xs, outs):  # every call saw its own input, and later calls did not overwrite earlier outputs
         torch.testing.assert_close(out, x @ g.model.w)
-    assert g.describe() == {"requested": CUDA_GRAPH, "ran": CUDA_GRAPH, "replays": 3, "graphs": 1}
+    assert g.describe() == {"requested": CUDA_GRAPH, "ran": CUDA_GRAPH, "replays": 2, "graphs": 1}
 
 
 def test_a_new_signature_is_a_new_graph_and_scalars_are_part_of_it(cuda_looking):
     rec = Recorder()
     g = launched(Affine(), rec)
     with torch.no_grad():
-        for _ in range(2):
+        for _ in range(3):
             g(torch.randn(3, 4))
-        for _ in range(2):
+        for _ in range(3):
             g(torch.randn(5, 4))
-        for _ in range(2):
+        for _ in range(3):
             out = g(torch.ones(5, 4), 2.0)
     assert rec.captures == 3 and g.describe()["graphs"] == 3
     torch.testing.assert_close(out, (torch.ones(5, 4) @ g.model.w) * 2.0)
@@ -85,7 +90,7 @@ def test_new_parameter_storage_is_a_new_signature(cuda_looking):
     rec = Recorder()
     g = launched(Affine(), rec)
     with torch.no_grad():
-        g(torch.randn(3, 4)), g(torch.randn(3, 4))
+        g(torch.randn(3, 4)), g(torch.randn(3, 4)), g(torch.randn(3, 4))
         g.model.w = torch.nn.Parameter(torch.zeros(4, 4))  # a load that replaced the tensor, not its values
         out = g(torch.randn(3, 4))
     assert rec.captures == 1 and out.abs().sum() == 0  # the plain forward ran on the new weights
@@ -98,7 +103,7 @@ def test_grad_enabled_runs_plain_without_giving_up(cuda_looking):
         g(torch.randn(3, 4))
     assert rec.captures == 0 and g.plain_reason is None
     with torch.no_grad():
-        g(torch.randn(3, 4)), g(torch.randn(3, 4))
+        g(torch.randn(3, 4)), g(torch.randn(3, 4)), g(torch.randn(3, 4))
     assert rec.captures == 1
 
 
@@ -137,6 +142,16 @@ def test_what_cannot_be_replayed_runs_plain_and_says_why(cuda_looking, model, ca
             torch.testing.assert_close(g(x.clone()), ref(x.clone()))
     d = g.describe()
     assert d["ran"] == EAGER and reason in d["reason"] and g.replays == 0
+
+
+def test_a_forward_that_synchronises_with_the_host_is_never_captured(cuda_looking):
+    rec = Recorder()
+    g = launched(Affine(), rec, sync_check=lambda fn: (fn(), "called a synchronizing CUDA operation"))
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(g(x), x @ g.model.w)
+    assert rec.captures == 0 and "synchronises with the host" in g.describe()["reason"]
 
 
 def test_non_tensor_inputs_run_plain(cuda_looking):

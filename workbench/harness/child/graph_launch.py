@@ -11,7 +11,8 @@ What a call keeps, so a replayed forward means what the plain one does:
 - inputs are copied into the graph's own buffers on every call (the copy is timed with the rest), so new data is seen;
 - outputs are cloned out of the graph's buffers, so a caller's earlier outputs are never overwritten by a later call;
 - the first call of each input signature (shapes, strides, dtypes, scalar values, the model's parameter addresses and
-  mode) runs the plain forward, which compiles its kernels; the second captures and replays;
+  mode) runs the plain forward, which compiles its kernels; the second runs it plain again with torch's
+  synchronising-operation warnings on (a host sync cannot be captured); the third captures and replays;
 - a forward that reassigns a tensor attribute (state carried between calls, like an RNN's `self.hidden`) cannot be
   replayed (the graph would read the old tensor forever), nor can one that synchronises with the host or has
   non-flat inputs, or one that writes its inputs in place (a replay would write the graph's copies): it runs plain,
@@ -19,6 +20,7 @@ What a call keeps, so a replayed forward means what the plain one does:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -33,41 +35,73 @@ MAX_GRAPHS = 4  # signatures kept; a caller whose inputs change shape on every c
 
 def _cuda_capture(fn: Callable[[], Any]) -> tuple[Callable[[], None], Any]:
     """Capture fn's kernels as one CUDA graph on a side stream forked from the current one; returns (replay, the
-    outputs the replay writes). Not `torch.cuda.graph`: when a capture fails (a host sync inside it), that context
-    manager's exit raises before it restores the current stream, and every later call would run on the capture's
-    stream; here the stream context is left whatever happens. `thread_local` errors only for this thread's
-    unsafe calls (the watchdog's thread makes none, but need not be judged by another thread's capture)."""
+    outputs the replay writes). Not `torch.cuda.graph`, for what a failed capture leaves behind: that context
+    manager's exit raises before it restores the current stream, and torch's default generator stays in capture
+    mode (every later random draw raises). Here the stream context is always left, and the graph draws from its own
+    copy of the generator's state, so a failed capture poisons only that copy. `thread_local`: only this thread's
+    unsafe calls end the capture."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     caller, stream = torch.cuda.current_stream(), torch.cuda.Stream()
-    stream.wait_stream(caller)
-    with torch.cuda.stream(stream):
-        graph.capture_begin(capture_error_mode="thread_local")
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    eager_state = gen.graphsafe_get_state()
+    gen.graphsafe_set_state(gen.clone_state())
+    try:
+        stream.wait_stream(caller)
+        with torch.cuda.stream(stream):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                out = fn()
+            finally:
+                graph.capture_end()
+    finally:
+        gen.graphsafe_set_state(eager_state)
+    caller.wait_stream(stream)
+    return graph.replay, out
+
+
+def _host_syncs(fn: Callable[[], Any]) -> tuple[Any, str | None]:
+    """fn() with torch's synchronising-operation warnings on: (its result, the first warning) . A forward that
+    synchronises with the host (`.item()`, `.cpu()`, `nonzero`) cannot be captured, and a failed capture is
+    costly, so it is found on a plain call instead."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
         try:
             out = fn()
         finally:
-            graph.capture_end()
-    caller.wait_stream(stream)
-    return graph.replay, out
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    return out, (syncs[0][:200] if syncs else None)
+
+
+def _check_usable(error: Exception) -> None:
+    """After a failed capture: a synchronise and a random draw must work, or the worker is replaced (the message
+    reads as a broken CUDA context, which device_stages treats so)."""
+    try:
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda").normal_()
+    except Exception as e:
+        raise RuntimeError(f"CUDA error: a failed CUDA-graph capture ({type(error).__name__}: {str(error)[:200]}) "
+                           f"left the context unusable ({type(e).__name__}: {str(e)[:200]})") from None
 
 
 def _on_cuda(x: torch.Tensor) -> bool:
     return x.device.type == "cuda"
 
 
-def _on_cuda_any(values: list[Any]) -> bool:
-    return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in values)
-
-
 class GraphLaunch(torch.nn.Module):
     """Wraps a constructed candidate; `model` stays a submodule so mode and device moves reach it."""
 
-    def __init__(self, model: torch.nn.Module, capture: Callable | None = None):
+    def __init__(self, model: torch.nn.Module, capture: Callable | None = None, sync_check: Callable | None = None):
         super().__init__()
         self.model = model
         self._capture_fn = capture or _cuda_capture
+        self._sync_check = sync_check or _host_syncs
         self._graphs: dict[tuple, tuple[Callable[[], None], list[Any], Any]] = {}
-        self._seen: set[tuple] = set()
+        self._seen: set[tuple] = set()  # signatures whose first plain call ran
+        self._synced: set[tuple] = set()  # ... and whose second found no host synchronisation
         self.replays = 0
         self.plain_reason: str | None = None  # why the forward runs plain (None while graphs run)
 
@@ -119,6 +153,14 @@ class GraphLaunch(torch.nn.Module):
         if isinstance(key, str):
             return self._plain(args, key)
         entry = self._graphs.get(key)
+        if entry is None and key in self._seen and key not in self._synced:
+            # the second plain call, its kernels compiled: does it synchronise with the host?
+            out, sync = self._sync_check(lambda: self.model(*args))
+            if sync:
+                self.plain_reason = f"the forward synchronises with the host ({sync}): it cannot be captured"
+            else:
+                self._synced.add(key)
+            return out
         if entry is None:
             if key not in self._seen:  # the plain call first: kernels compile, libraries pick their plans
                 before = self._attributes()
@@ -159,11 +201,8 @@ class GraphLaunch(torch.nn.Module):
         except Exception as e:  # a host sync (.item(), .cpu()) or an op that cannot be captured: run plain
             if cuda_context_broken(e) and "capture" not in str(e).lower():
                 raise
-            if _on_cuda_any(static):  # an invalidated capture leaves the context usable; anything else re-raises
-                try:
-                    torch.cuda.synchronize()
-                except Exception:
-                    raise e from None
+            if self._capture_fn is _cuda_capture:
+                _check_usable(e)
             self.plain_reason = f"the forward cannot be captured as a CUDA graph: {type(e).__name__}: {str(e)[:200]}"
             return None
         changed = self._changed(before)
