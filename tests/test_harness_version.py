@@ -137,7 +137,7 @@ GOLDEN = {
         "child/correctness.py": "f277c830d345d5ef",
         "child/device_stages.py": "3b28d5db315c04bc",
         "child/execution.py": "f7033f3601b97f8b",
-        "child/graph_launch.py": "9ebd97a223f12334",
+        "child/graph_launch.py": "5b52e8df5404ece0",
         "child/interpreter_fixes.py": "104c85e5e08bb0b6",
         "child/isolation.py": "8da6849a40a1c794",
         "child/judge.py": "df694b3a7740b7ce",

@@ -74,7 +74,3 @@ def estimate(captured: Captured, groups: list[Group]) -> LaunchEstimate:
     gpu_s = max(captured.total_bytes / GPU_BYTES_PER_S, captured.total_flops / GPU_FLOPS_PER_S)
     copy_s = 2 * (in_bytes + out_bytes) / GPU_BYTES_PER_S  # each copy reads and writes
     return LaunchEstimate(launches, launches * HOST_S_PER_LAUNCH, gpu_s, copy_s, blocker)
-
-
-def default_launch(captured: Captured, groups: list[Group]) -> str:
-    return estimate(captured, groups).mode

@@ -25,7 +25,7 @@ from ..problems.problem import Problem
 from .choice import Choice, canonical_json
 from .graph import Captured, capture
 from .guided import GUIDED_SHARE, MIN_SEVERITY, guided_moves, interleave
-from .launch import CUDA_GRAPH, EAGER, default_launch, estimate
+from .launch import CUDA_GRAPH, EAGER, LaunchEstimate, estimate
 from .library_modules import LIBRARY_MODULES
 from .partition import Group, fusion_points, partition
 from .render import render_module
@@ -45,6 +45,7 @@ class OfflineProposer:
         self._layouts: dict[tuple, list[Group]] = {}
         self._spaces: dict[Any, list[dict[str, Any]]] = {}
         self._kernel_keys: dict[Any, str] = {}
+        self._launches: dict[tuple, LaunchEstimate] = {}
 
     # ---- structure ----
     def groups(self, fuse: dict[str, bool]) -> list[Group]:
@@ -94,7 +95,7 @@ class OfflineProposer:
         epilogue generated: on the H200 the templates' defaults ran whole CNNs at 0.4-0.6x eager
         (results/kernelbench/h200_sample_l3), and a network's budget is spent before the search's `algo:` moves can
         switch dozens of convolutions. A lone convolution keeps its template default (its first `algo:` move tries
-        the library). The launch mode is `launch.default_launch`'s: a CUDA graph where the forward is bound by
+        the library). The launch mode is `launch.estimate`'s: a CUDA graph where the forward is bound by
         launching its kernels."""
         groups = self.groups(fuse)
         network = sum(g.family == "conv" for g in groups) >= NETWORK_CONVS
@@ -103,11 +104,18 @@ class OfflineProposer:
             fam = family(g.family)
             cfg = fam.algorithm_default(g.spec, "library") if network and g.family == "conv" else None
             configs.append((g.gid, canonical_json(cfg or fam.default(g.spec))))
-        return Choice(tuple(sorted(fuse.items())), tuple(configs), default_launch(self.captured, groups))
+        return Choice(tuple(sorted(fuse.items())), tuple(configs), self._launch(fuse).mode)
+
+    def _launch(self, fuse: dict[str, bool]) -> LaunchEstimate:
+        """The launch estimate of a fusion pattern, once per pattern (moves and samples ask for it every time)."""
+        key = tuple(sorted(fuse.items()))
+        if key not in self._launches:
+            self._launches[key] = estimate(self.captured, self.groups(fuse))
+        return self._launches[key]
 
     def launch_estimate(self, choice: Choice) -> dict[str, Any]:
         """The host/GPU/copy estimate behind a layout's default launch mode (what a reader asks when it flips)."""
-        return estimate(self.captured, self.groups(dict(choice.fuse))).to_dict()
+        return self._launch(dict(choice.fuse)).to_dict()
 
     def default_choice(self) -> Choice:
         return self.layout_defaults({p: True for p in self.fusion_points})
@@ -129,7 +137,7 @@ class OfflineProposer:
             for g in groups:
                 space = self.group_space(g)
                 configs.append((g.gid, canonical_json(rng.choice(space)) if space else "{}"))
-            c = Choice(tuple(sorted(fuse.items())), tuple(configs), default_launch(self.captured, groups))
+            c = Choice(tuple(sorted(fuse.items())), tuple(configs), self._launch(fuse).mode)
             if c not in seen:
                 seen.add(c)
                 out.append(c)
@@ -142,7 +150,7 @@ class OfflineProposer:
         for fuse in self.fusion_patterns():
             groups = self.groups(fuse)
             spaces = [[canonical_json(c) for c in self.group_space(g)] or ["{}"] for g in groups]
-            launch = default_launch(self.captured, groups)
+            launch = self._launch(fuse).mode
             for combo in itertools.product(*spaces):
                 yield Choice(tuple(sorted(fuse.items())), tuple(zip((g.gid for g in groups), combo)), launch)
                 count += 1
@@ -246,7 +254,7 @@ class OfflineProposer:
         """"launch:<mode>": the same kernels under the other launch mode, where the forward launches at least
         `MOVE_MIN_LAUNCHES` kernels (fewer leave a replay nothing to save) and keeps no state between calls (a graph
         cannot replay reassigned attributes)."""
-        est = estimate(self.captured, self.groups(dict(choice.fuse)))
+        est = self._launch(dict(choice.fuse))
         if est.launches < MOVE_MIN_LAUNCHES or self.captured.state_writes:
             return []
         other = EAGER if choice.launch == CUDA_GRAPH else CUDA_GRAPH

@@ -140,19 +140,15 @@ class GraphLaunch(torch.nn.Module):
                     out[(id(m), name)] = id(v)
         return out
 
-    def _plain(self, args: tuple, reason: str | None = None) -> Any:
-        if reason is not None and self.plain_reason is None:
-            self.plain_reason = reason
-        return self.model(*args)
-
     def forward(self, *args: Any) -> Any:
         if self.plain_reason is not None:
             return self.model(*args)
         if torch.is_grad_enabled():  # a replay records no autograd graph: the plain forward does
             return self.model(*args)
         key = self._signature(args)
-        if isinstance(key, str):
-            return self._plain(args, key)
+        if isinstance(key, str):  # inputs a graph cannot take: plain from now on
+            self.plain_reason = key
+            return self.model(*args)
         entry = self._graphs.get(key)
         if entry is None and key in self._seen and key not in self._synced:
             # the second plain call, its kernels compiled: does it synchronise with the host?
