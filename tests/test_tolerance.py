@@ -398,6 +398,35 @@ def test_fp32_reference_rounding_forgives_only_its_own_size():
     assert not j.ok  # an exact reference has no rounding to forgive
 
 
+def test_fp32_reference_rounding_is_sampled_again_where_the_reference_was_lucky():
+    """A cancellation the fp32 reference happens to compute exactly (integer rows whose means are exact: deviation
+    0 from float64) still has rounding-sized noise in any other summation order. The re-run on nudged inputs
+    samples that noise, so an output of its size passes; an error a thousand times larger still fails."""
+    import functools
+
+    from workbench.harness.child.execution import reference_rounding
+    from workbench.harness.child.judge import judge_outputs
+
+    class CenteredSum(torch.nn.Module):
+        def forward(self, x):
+            return (x - x.mean(dim=1, keepdim=True)).sum(dim=1)
+
+    torch.manual_seed(0)
+    x = torch.randint(50, 150, (4, 8)).float()
+    x[:, -1] += (8 - x.sum(dim=1) % 8) % 8  # row sums divisible by 8: exact means, an exact 0
+    ref = CenteredSum()(x)
+    assert torch.equal(ref, torch.zeros(4))
+    pair = _fp32_pair(CenteredSum())
+    rounding = functools.partial(reference_rounding, pair, [x], ref)
+    slack, _ = rounding()
+    noise = 100 * 2.0 ** -23  # one ulp of the intermediates (values near 100)
+    assert float(slack[0].min()) > noise  # the exact reference alone would have given no floor at all
+    cand = torch.tensor([noise, -noise, 0.0, 2 * noise])
+    j = judge_outputs(cand, ref, "strict", [torch.float32], rounding=rounding)
+    assert j.ok and j.widened
+    assert not judge_outputs(cand * 1000, ref, "strict", [torch.float32], rounding=rounding).ok
+
+
 class _MeanOf(torch.nn.Module):
     def __init__(self, inner):
         super().__init__()
