@@ -459,3 +459,40 @@ def test_judge_names_what_is_wrong(cand, ref, reason):
 
     j = judge_outputs(cand, ref, "strict", [], rounding=lambda: pytest.fail("no value mismatch to forgive"))
     assert not j.ok and j.failure == reason
+
+
+@pytest.mark.parametrize("case", ["pass", "norm", "elementwise", "slack", "zero_ref"])
+def test_compare_in_chunks_gives_the_same_verdict_and_facts(monkeypatch, case):
+    """An output judged in chunks (outputs of gigabytes) is judged exactly as one judged whole."""
+    import torch
+
+    from workbench.harness import tolerance
+    from workbench.harness.tolerance import Tolerance, compare
+
+    torch.manual_seed(0)
+    ref = torch.randn(13, 17)
+    out, slack = ref * (1 + 1e-6), None
+    if case == "norm":
+        out = ref * 1.01
+    elif case == "elementwise":
+        out = ref.clone()
+        out[5, 11] += 0.5
+    elif case == "slack":
+        out = ref.clone()
+        out[5, 11] += 0.5
+        slack = torch.zeros_like(ref)
+        slack[5, 11] = 1.0
+    elif case == "zero_ref":
+        ref = torch.zeros(13, 17)
+        out = ref.clone()
+        out[2, 3] = 1e-7
+    tol = Tolerance(norm=1e-3, rtol=1e-3, atol_rms=1e-3)
+    norm_slack = 0.1 if case == "slack" else 0.0
+    whole = compare(out, ref, tol, slack, norm_slack)
+    monkeypatch.setattr(tolerance, "COMPARE_CHUNK", 7)
+    chunked = compare(out, ref, tol, slack, norm_slack)
+    assert chunked[0] == whole[0] and chunked[1] == whole[1]
+    assert chunked[2]["elements_outside"] == whole[2]["elements_outside"]
+    for k in ("rel_err", "max_abs_err", "ref_rms"):
+        assert chunked[2][k] == pytest.approx(whole[2][k], rel=1e-5, abs=1e-12)
+    assert whole[0] == (case in ("pass", "slack"))

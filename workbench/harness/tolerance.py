@@ -74,7 +74,7 @@ def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tu
     # fp32 arithmetic (bf16/fp16 widened) is accurate enough for bounds of 1e-4 and up, and a quarter of float64's
     # memory traffic on outputs of gigabytes; float64 outputs stay float64.
     wide = torch.complex128 if ref.is_complex() else (torch.float64 if ref.dtype == torch.float64 else torch.float32)
-    o, r = out.to(wide), ref.to(wide)
+    o, r = out, ref
     if not (bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all())):
         o_nan, r_nan = torch.isnan(o), torch.isnan(r)
         if bool((o_nan & ~r_nan).any()):
@@ -92,36 +92,60 @@ def compare(out, ref, tol: Tolerance, slack=None, norm_slack: float = 0.0) -> tu
             if not torch.equal(o[inf], r[inf]):
                 return False, "output mismatch: infinities of the wrong sign", facts
             o, r = o[~inf], r[~inf]
-    diff = (o - r).abs()
-    ref_norm = float(torch.linalg.vector_norm(r))
-    err_norm = float(torch.linalg.vector_norm(o - r))
-    if not (math.isfinite(ref_norm) and math.isfinite(err_norm)):  # squares overflowed fp32: redo in float64
-        o, r = o.to(torch.complex128 if o.is_complex() else torch.float64), r.to(
-            torch.complex128 if r.is_complex() else torch.float64)
-        diff = (o - r).abs()
-        ref_norm = float(torch.linalg.vector_norm(r))
-        err_norm = float(torch.linalg.vector_norm(o - r))
+        slack = None  # (NaN/inf filtering changes the shape: no slack then)
+    # In chunks: an output of gigabytes judged whole needs several temporaries of its size (a 7.5 GB GroupNorm
+    # output ran an 80 GB card out of memory); per chunk, the same numbers in float64 accumulators.
+    of, rf = o.reshape(-1), r.reshape(-1)
+    sf = slack.reshape(-1) if slack is not None and tuple(slack.shape) == tuple(ref.shape) else None
+    chunks = [(i, min(i + COMPARE_CHUNK, rf.numel())) for i in range(0, rf.numel(), COMPARE_CHUNK)]
+    ref_sq = err_sq = 0.0
+    for a, b in chunks:
+        oc, rc = of[a:b].to(wide), rf[a:b].to(wide)
+        ref_sq += _norm(rc) ** 2
+        err_sq += _norm(oc - rc) ** 2
+    ref_norm, err_norm = math.sqrt(ref_sq), math.sqrt(err_sq)
     rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
-    rms = ref_norm / max(r.numel(), 1) ** 0.5
-    bound = tol.rtol * r.abs() + tol.atol_rms * rms
-    if slack is not None and slack.shape == bound.shape:  # (NaN/inf filtering changes the shape: no slack then)
-        bound = bound + slack.to(bound.dtype)
-    bad = diff > bound
-    n_bad = int(bad.sum().item())
-    facts.update(rel_err=rel, max_abs_err=float(diff.max()) if diff.numel() else 0.0, ref_rms=rms,
-                 elements_outside=n_bad)
+    rms = ref_norm / max(rf.numel(), 1) ** 0.5
+    n_bad, max_err, worst, worst_excess = 0, 0.0, -1, -math.inf
+    for a, b in chunks:
+        oc, rc = of[a:b].to(wide), rf[a:b].to(wide)
+        diff = (oc - rc).abs()
+        bound = tol.rtol * rc.abs() + tol.atol_rms * rms
+        if sf is not None:
+            bound = bound + sf[a:b].to(bound.dtype)
+        bad = diff > bound
+        n_bad += int(bad.sum().item())
+        max_err = max(max_err, float(diff.max()))
+        excess = diff - bound
+        k = int(torch.argmax(excess))
+        if float(excess[k]) > worst_excess:
+            worst, worst_excess = a + k, float(excess[k])
+    facts.update(rel_err=rel, max_abs_err=max_err, ref_rms=rms, elements_outside=n_bad)
     # NaN fails too; an all-zero reference has no relative error to speak of: the elementwise bound (0 unless the
     # reference's own rounding widened it) decides
     if not (ref_norm == 0 or rel <= tol.norm + norm_slack):
         return False, (f"output mismatch: relative error {rel:.3g} > {tol.norm:g} "
-                       f"({n_bad} of {r.numel()} elements outside the elementwise bound)"), facts
+                       f"({n_bad} of {rf.numel()} elements outside the elementwise bound)"), facts
     if n_bad:
-        worst = int(torch.argmax(diff - bound))
-        return False, (f"output mismatch: {n_bad} of {r.numel()} elements outside |d| <= {tol.rtol:g}*|ref| + "
-                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(o.flatten()[worst]):.4g} vs "
-                       f"{float(r.flatten()[worst]):.4g} at flat index {worst}) though the relative error {rel:.3g} "
+        return False, (f"output mismatch: {n_bad} of {rf.numel()} elements outside |d| <= {tol.rtol:g}*|ref| + "
+                       f"{tol.atol_rms:g}*rms(ref) (worst: {float(of[worst]):.4g} vs "
+                       f"{float(rf[worst]):.4g} at flat index {worst}) though the relative error {rel:.3g} "
                        f"is within {tol.norm:g}"), facts
     return True, "", facts
+
+
+# elements judged at a time (64 Mi: 256 MB per fp32 temporary)
+COMPARE_CHUNK = 1 << 26
+
+
+def _norm(t) -> float:
+    """||t|| as a Python float; in float64 where the chunk's squares overflow its own dtype."""
+    import torch
+
+    n = float(torch.linalg.vector_norm(t))
+    if not math.isfinite(n) and t.dtype in (torch.float32, torch.complex64):
+        n = float(torch.linalg.vector_norm(t.to(torch.complex128 if t.is_complex() else torch.float64)))
+    return n
 
 
 def compare_float(out: float, ref: float, tol: Tolerance) -> tuple[bool, str, dict[str, Any]]:
