@@ -3,7 +3,7 @@
 # `workbench kernelbench` over the stratified sample, resumed from the state an earlier call brought back.
 # The sample's files travel in .kb/ (a copy of ../shared/kernelbench's sampled files, ignored by git: the files are
 # not ours to commit), wheels they import in .kbwheels/ (einops); the state (out directory + store) travels in .kbstate/state.tar.gz and comes back in $OUT.
-#   GPU_TESTS=1  run the lock-respecting GPU tests beside the benchmark (GPU_TESTS_S, default 420 s)
+#   GPU_TESTS=1  run the lock-respecting GPU tests beside the benchmark (GPU_TESTS_S, default 420 s); =first: before it
 #   KB_S         seconds left to the benchmark (default 420); KB_BUDGET  GPU-s of search per file (default 8)
 #   KB_LEVELS    levels to run now (default all of the sample); KB_ONLY  files of those (names or globs, comma-separated)
 #   GPU_TEST_FILES  the GPU test files to run (default: the lock-respecting set below)
@@ -44,6 +44,8 @@ timeout 300 python3 -c "from workbench.devices.worker import isolation_level; pr
   > "$OUT/isolation_probe.txt" 2>&1
 cat "$OUT/isolation_probe.txt"
 if [ "${GPU_TESTS:-0}" = 1 ]; then gpu_tests & fi
+# GPU_TESTS=first: the tests alone, before the benchmark (when a benchmark file's multi-GB tensors would crowd them)
+if [ "${GPU_TESTS:-0}" = first ]; then gpu_tests; fi
 # BENCH_AB=1: quick-fidelity throughput with the workers' reference cache off and on (lock-respecting too)
 if [ "${BENCH_AB:-0}" = 1 ]; then
   timeout 300 python3 experiments/bench_harness.py --skip-full-timing --reference-cache-ab --compile-workers 4 \
