@@ -245,8 +245,10 @@ class Partitioner:
         nodes = [node]
         result = node
         fused = False
-        # the elementwise chain that consumes only this output: fused as an epilogue when chosen and expressible
-        root = ew_of.get(next(iter(node.users)), None) if len(node.users) == 1 else None
+        # the elementwise chain that consumes only this output (one group, however often it reads it): fused as an
+        # epilogue when chosen and expressible
+        roots = {ew_of.get(u) for u in node.users}
+        root = next(iter(roots)) if len(roots) == 1 else None
         if fuse and root is not None and not batched:
             members = ew[root]
             e2, inputs = self.elementwise_spec(root, members, names, acc=node)

@@ -34,6 +34,12 @@ class Context:
     fuse: dict[str, bool]
     taken: set[Node]
 
+    def consumer_root(self, node: Node) -> Node | None:
+        """The elementwise group that every user of `node` belongs to, if there is one (mish's `x * tanh(softplus(x))`
+        reads a convolution's output twice, from one group: fusing it as the epilogue is still one read)."""
+        roots = {self.ew_of.get(u) for u in node.users}
+        return next(iter(roots)) if len(roots) == 1 and None not in roots else None
+
 
 # A recogniser that fuses a consumer chain into its kernel as an epilogue reads `ctx.fuse.get(node.name, True)` for
 # its first node and sets `Group.fused_epilogue`: `partition.fusion_points` then offers fused and split as moves.

@@ -1,5 +1,6 @@
 """Forward convolutions (`aten.convolution.default`, not transposed) as the conv family, with the elementwise chain
-that consumes only the convolution's output fused as its epilogue (a fusion choice, as for GEMMs).
+that consumes only the convolution's output (one elementwise group, however often it reads it) fused as its epilogue
+(a fusion choice, as for GEMMs).
 
 make_fx gives one `convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)`
 node for nn.Conv1d/2d/3d. padding='same' arrives as explicit symmetric padding, or (even kernels, asymmetric) as a
@@ -86,7 +87,7 @@ def conv_group(ctx: Context, node: Node) -> Group | None:
     elif bias is not None:
         return None
     nodes, result, fused = [node], node, False
-    root = ctx.ew_of.get(next(iter(node.users))) if len(node.users) == 1 else None
+    root = ctx.consumer_root(node)
     if ctx.fuse.get(node.name, True) and root is not None and tuple(val(root).shape) == out_shape and \
             val(root).dtype in DTYPE and not any(m in ctx.taken for m in ctx.ew[root]):
         members = ctx.ew[root]

@@ -33,12 +33,6 @@ def epilogue_kind(inp: Node, out_shape: tuple[int, ...]) -> str | None:
     return "full"
 
 
-def _consumer_root(ctx: Context, node: Node) -> Node | None:
-    """The elementwise group that every user of `node` belongs to, if there is one."""
-    roots = {ctx.ew_of.get(u) for u in node.users}
-    return next(iter(roots)) if len(roots) == 1 and None not in roots else None
-
-
 def recognise(ctx: Context, node: Node) -> Group | None:
     if node.target != aten.convolution.default:
         return None
@@ -84,7 +78,7 @@ def recognise(ctx: Context, node: Node) -> Group | None:
             return None
         return Group("conv_transpose", result, nodes, args, spec, fused_epilogue=fused)
 
-    root = _consumer_root(ctx, node)
+    root = ctx.consumer_root(node)
     if ctx.fuse.get(node.name, True) and root is not None and tuple(val(root).shape) == out_shape:
         members = ctx.ew[root]
         chain, inputs = ctx.part.elementwise_spec(root, members, names, acc=node)
