@@ -62,6 +62,10 @@ class GemmSpec:
     # the split-K factor the problem's shape asks for (`split_k_for`): a few output tiles over a long K leave most
     # SMs idle (256x256 output, K = 524288: 4 CTAs on 132 SMs), so the default splits K and the space reaches further
     split_k_hint: int = 1
+    # the epilogue zeroes the output outside a band (triu/tril of a product): ("upper", d) keeps col - row >= d,
+    # ("lower", d) keeps col - row <= d. A tile wholly outside it skips its K loop: triu of a square product then
+    # computes about half the tiles.
+    band: tuple[str, int] | None = None
 
 
 MAX_SPLIT_K = 64
@@ -130,6 +134,8 @@ def check(spec: GemmSpec, config: dict[str, Any]) -> str | None:
     why = _epilogue_problem(spec.epilogue)
     if why:
         return why
+    if spec.band is not None and (spec.band[0] not in ("upper", "lower") or spec.epilogue is None):
+        return f"band {spec.band!r}: ('upper' | 'lower', diagonal), with the epilogue that zeroes outside it"
     bm, bn, bk = config["BM"], config["BN"], config["BK"]
     warps, stages, split = config["num_warps"], config["num_stages"], config["SPLIT_K"]
     if any(t < 16 or t % 16 for t in (bm, bn, bk)):
@@ -226,9 +232,21 @@ def _dot_precision(spec: GemmSpec) -> str:
     return spec.precision if spec.in_dtype == "float32" else "tf32"
 
 
+def _k_loop(spec: GemmSpec) -> tuple[str, str]:
+    """Lines before the K loop and the loop's end: K, or (a band spec) 0 for a tile wholly outside the kept band,
+    whose product the epilogue would zero anyway. Without a band the text is the one measured before bands."""
+    if spec.band is None:
+        return "", "K"
+    side, d = spec.band
+    test = f"(pn * BN + BN - 1) - pm * BM < {d}" if side == "upper" else f"pn * BN - (pm * BM + BM - 1) > {d}"
+    return f"k_end = K\nif {test}:  # the whole tile lies outside the kept band: nothing to multiply\n    k_end = 0\n", \
+        "k_end"
+
+
 def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
     split, persistent = config["SPLIT_K"], config["PERSISTENT"]
     prec = _dot_precision(spec)
+    k_pre, k_end = _k_loop(spec)
     ep_params = _kernel_params(spec)
     ep_code = _epilogue_code(spec, name)
     kernels = []
@@ -245,7 +263,7 @@ def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
         pm = first_m + (tile % group) % size_m
         pn = (tile % group) // size_m
     """)
-    body = textwrap.dedent(f"""\
+    body = textwrap.dedent("""\
         rm = pm * BM + tl.arange(0, BM)
         rn = pn * BN + tl.arange(0, BN)
         if INT64:
@@ -257,7 +275,8 @@ def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:
         a = a_ptr + bz.to(tl.int64) * s_ab + am[:, None] * s_am + (kz * BK + rk)[None, :] * s_ak
         b = b_ptr + bz.to(tl.int64) * s_bb + (kz * BK + rk)[:, None] * s_bk + bn[None, :] * s_bn
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(kz * BK, K, BK * SPLIT_K):
+    """) + k_pre + textwrap.dedent(f"""\
+        for k in range(kz * BK, {k_end}, BK * SPLIT_K):
             if EVEN_K:
                 x = tl.load(a)
                 y = tl.load(b)

@@ -1,6 +1,7 @@
 """Matmul variants beyond the built-in gemm group: triu / tril of a matrix product (KernelBench's triangular
 matmuls) as the gemm family with a masking epilogue. The epilogue reads each output element's row and column from
-two index vectors the launcher call builds (kind "row" and "col"), so no [M, N] mask is read from memory."""
+two index vectors the launcher call builds (kind "row" and "col"), so no [M, N] mask is read from memory; the spec's `band` lets a tile wholly outside the kept triangle skip its
+product."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,7 +40,8 @@ def triangular_matmul(ctx: Context, node: Node) -> Group | None:
     dev = g.args[0]
     args = g.args + [f"torch.arange({m}, device={dev}.device, dtype=torch.float32)",
                      f"torch.arange({n}, device={dev}.device, dtype=torch.float32)"]
-    spec = dataclasses.replace(g.spec, epilogue=ep)
+    band = ("upper" if node.target == aten.triu.default else "lower", diag)
+    spec = dataclasses.replace(g.spec, epilogue=ep, band=band)
     return Group("gemm", node, [mm, node], args, spec, fused_epilogue=False)
 
 
