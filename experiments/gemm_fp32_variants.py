@@ -149,7 +149,7 @@ def main() -> int:
                 v["vs_torch_fp32"] = round(base / v["ms"], 3)
         print(json.dumps(row), flush=True)
         rows.append(row)
-        del a, b, ref
+        a = b = ref = None  # free the GPU memory before the next shape
         torch.cuda.empty_cache()
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -239,8 +239,8 @@ def _k_loop(spec: GemmSpec) -> tuple[str, str]:
         return "", "K"
     side, d = spec.band
     test = f"(pn * BN + BN - 1) - pm * BM < {d}" if side == "upper" else f"pn * BN - (pm * BM + BM - 1) > {d}"
-    return f"k_end = K\nif {test}:  # the whole tile lies outside the kept band: nothing to multiply\n    k_end = 0\n", \
-        "k_end"
+    pre = f"k_end = K\nif {test}:  # the whole tile lies outside the kept band: nothing to multiply\n    k_end = 0\n"
+    return pre, "k_end"
 
 
 def render(spec: GemmSpec, config: dict[str, Any], name: str) -> Rendered:

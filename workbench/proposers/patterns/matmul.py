@@ -1,7 +1,7 @@
 """Matmul variants beyond the built-in gemm group: triu / tril of a matrix product (KernelBench's triangular
 matmuls) as the gemm family with a masking epilogue. The epilogue reads each output element's row and column from
-two index vectors the launcher call builds (kind "row" and "col"), so no [M, N] mask is read from memory; the spec's `band` lets a tile wholly outside the kept triangle skip its
-product."""
+two index vectors the launcher call builds (kind "row" and "col"), so no [M, N]
+mask is read from memory; the spec's `band` lets a tile wholly outside the kept triangle skip its product."""
 from __future__ import annotations
 
 import dataclasses
