@@ -497,3 +497,31 @@ def test_sdpa_math_path_is_one_flash_kernel(cpu, tmp_path):
     assert abs(att.spec.scale - 16 ** -0.5) < 1e-9 and not att.post
     ev = Ladder(cpu).evaluate(problem, proposer.render(proposer.default_choice()), up_to="correctness")
     assert ev.ok, [(s.name, s.reason) for s in ev.stages]
+
+
+SHARED_READ = {  # an epilogue that reads the product twice: mish after a conv, swish after a linear
+    "conv_mish": ("nn.Conv2d(3, 8, 3)", "x * torch.tanh(F.softplus(x))", "torch.randn(2, 3, 10, 9)", "conv"),
+    "linear_swish": ("nn.Linear(24, 40)", "x * torch.sigmoid(x)", "torch.randn(5, 24)", "gemm"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_READ))
+def test_an_epilogue_that_reads_the_product_twice_is_fused_and_correct(cpu, tmp_path, name):
+    """x * f(x) after a conv or a GEMM (mish, swish: KernelBench's 52_Conv2d_Activation_BatchNorm and the Gemm_Swish
+    files) is one elementwise group reading the product twice; it fuses as the epilogue (one kernel, no second pass
+    over the output) and the candidate is correct."""
+    layer, act, inp, family = SHARED_READ[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    f"        self.layer = {layer}\n    def forward(self, x):\n        x = self.layer(x)\n"
+                    f"        return {act}\n"
+                    f"def get_inputs():\n    return [{inp}]\ndef get_init_inputs():\n    return []\n")
+    problem = Problem.load(path)
+    proposer = OfflineProposer(problem)
+    assert len(proposer.fusion_points) == 1
+    choice = proposer.default_choice()
+    assert [g.family for g in proposer.groups(dict(choice.fuse))] == [family]
+    assert [g.family for g in proposer.groups({proposer.fusion_points[0]: False})] == [family, "elementwise"]
+    ev = Ladder(cpu).evaluate(problem, proposer.render(choice), up_to="correctness")
+    assert ev.ok, [(s.name, s.reason) for s in ev.stages]
