@@ -247,8 +247,7 @@ class Partitioner:
         fused = False
         # the elementwise chain that consumes only this output (one group, however often it reads it): fused as an
         # epilogue when chosen and expressible
-        roots = {ew_of.get(u) for u in node.users}
-        root = next(iter(roots)) if len(roots) == 1 else None
+        root = patterns.consumer_root(ew_of, node)
         if fuse and root is not None and not batched:
             members = ew[root]
             e2, inputs = self.elementwise_spec(root, members, names, acc=node)

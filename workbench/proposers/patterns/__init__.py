@@ -35,10 +35,14 @@ class Context:
     taken: set[Node]
 
     def consumer_root(self, node: Node) -> Node | None:
-        """The elementwise group that every user of `node` belongs to, if there is one (mish's `x * tanh(softplus(x))`
-        reads a convolution's output twice, from one group: fusing it as the epilogue is still one read)."""
-        roots = {self.ew_of.get(u) for u in node.users}
-        return next(iter(roots)) if len(roots) == 1 and None not in roots else None
+        return consumer_root(self.ew_of, node)
+
+
+def consumer_root(ew_of: dict[Node, Node], node: Node) -> Node | None:
+    """The elementwise group that every user of `node` belongs to, if there is one (mish's `x * tanh(softplus(x))`
+    reads a convolution's output twice, from one group: fusing it as the epilogue is still one read)."""
+    roots = {ew_of.get(u) for u in node.users}
+    return next(iter(roots)) if len(roots) == 1 and None not in roots else None
 
 
 # A recogniser that fuses a consumer chain into its kernel as an epilogue reads `ctx.fuse.get(node.name, True)` for
