@@ -123,7 +123,8 @@ def test_literal_sites_are_sizes_outside_the_model():
 
 dim = 4096
 shape = (dim, 3, 224)
-layers = [3, 4, 23, 3]  # all ints: a constant's business, not a site
+pair = (16, 32)  # a tuple of ints alone: a constant (int_literals), not a site
+layers = [3, 4, 23, 3]  # a list of ints: sites (the loader would make it a tuple)
 
 def get_inputs():
     n = 1000
@@ -136,7 +137,7 @@ def get_init_inputs():
 """
     sites = literal_sites(src)
     got = [(s.where, s.value) for s in sites]
-    assert got == [("shape", 3), ("shape", 224),
+    assert got == [("shape", 3), ("shape", 224), ("layers", 3), ("layers", 4), ("layers", 23), ("layers", 3),
                    ("get_inputs", 1000), ("get_inputs", 16), ("get_inputs", 2048), ("get_inputs", 32),
                    ("get_inputs", 2048), ("get_inputs", 64), ("get_inputs", 64), ("get_inputs", 12),
                    ("get_init_inputs", 128)]
@@ -145,6 +146,35 @@ def get_init_inputs():
     assert "shape = (dim, 3, 7)" in new and "torch.randn(7, 2048).view(16, -1)  # the view" in new
     assert "return [7, dim]" in new and "nn.Linear(512 * 7 * 7, 4096)  # the model's" in new
     assert len(new.splitlines()) == len(src.splitlines())
+
+
+MLP_LIST = HEAD + """class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        super().__init__()
+        sizes = [input_size] + layer_sizes + [output_size]  # needs a list: a tuple here raises TypeError
+        self.net = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
+
+    def forward(self, x):
+        return self.net(x)
+
+batch_size = 128
+input_size = 16384
+hidden_layer_sizes = [32768, 32768]
+output_size = 16384
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+def get_init_inputs():
+    return [input_size, hidden_layer_sizes, output_size]
+"""
+
+
+def test_a_list_of_int_sizes_shrinks_and_stays_a_list(tmp_path):
+    # a wide MLP's hidden sizes written as a list: left at 32768 they made the CPU check's GEMMs time out
+    sizes, problem, proposer = shrink(_write(tmp_path, "wide_mlp.py", MLP_LIST))
+    assert sizes.cap == 8 and problem.init_inputs() == [8, [8, 8], 8]
+    assert "hidden_layer_sizes literal 32768->8 x2" in sizes.describe() and proposer.captured is not None
 
 
 def test_model_names_skip_get_inputs_and_a_functions_own_locals():

@@ -264,8 +264,10 @@ def literal_sites(source: str) -> list[Literal]:
             targets, value = [node.target], node.value
         else:
             continue
-        # a tuple of ints alone is a constant (`int_literals`); unpacking binds its items as constants of their own
-        if not isinstance(value, (ast.Tuple, ast.List)) or _all_ints(value) or \
+        # a tuple of ints alone is a constant (`int_literals`); unpacking binds its items as constants of their own.
+        # A list of ints alone (`hidden_layer_sizes = [32768, 32768]`) is no constant the loader rewrites as a list,
+        # so its items are sites here (rewritten in the copy, the list kept a list)
+        if not isinstance(value, (ast.Tuple, ast.List)) or (isinstance(value, ast.Tuple) and _all_ints(value)) or \
                 not all(isinstance(t, ast.Name) for t in targets):
             continue
         names = tuple(t.id for t in targets)  # type: ignore[attr-defined]
