@@ -5,6 +5,7 @@ is exercised here. That a real graph replays correctly and faster is the GPU tes
 from __future__ import annotations
 
 import types
+import warnings
 
 import pytest
 import torch
@@ -152,6 +153,27 @@ def test_a_forward_that_synchronises_with_the_host_is_never_captured(cuda_lookin
             x = torch.randn(3, 4)
             torch.testing.assert_close(g(x), x @ g.model.w)
     assert rec.captures == 0 and "synchronises with the host" in g.describe()["reason"]
+
+
+def test_torchs_notice_on_enabling_sync_warnings_is_not_a_sync(monkeypatch):
+    """On the H100 (torch 2.11) enabling the mode warns once per process that it is a prototype, in words that name
+    synchronising operations; the first graph candidate of a worker then ran plain. Only a real sync counts."""
+    mode = {"now": 0}
+
+    def set_mode(m):
+        if m == "warn" and mode["now"] == 0:
+            warnings.warn("Synchronization debug mode is a prototype feature and does not yet detect all "
+                          "synchronizing operations (Triggered internally at Module.cpp:1003.)")
+        mode["now"] = m
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    out, sync = graph_launch._host_syncs(lambda: 3)
+    assert (out, sync) == (3, None)
+
+    def syncing():
+        warnings.warn("called a synchronizing CUDA operation")
+        return 4
+    assert graph_launch._host_syncs(syncing) == (4, "called a synchronizing CUDA operation")
 
 
 def test_non_tensor_inputs_run_plain(cuda_looking):
