@@ -120,10 +120,14 @@ def test_check_rejects():
 
 DRIVER = r'''
 import importlib.util, json, os, sys
-assert os.environ.get("TRITON_INTERPRET") == "1"
+device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+assert (os.environ.get("TRITON_INTERPRET") == "1") == (device == "cpu")
 import torch
-from workbench.harness.child import interpreter_fixes
-interpreter_fixes.apply()
+if device == "cpu":
+    from workbench.harness.child import interpreter_fixes
+    interpreter_fixes.apply()
+else:  # the library algorithm runs cuDNN under the reference's precision: strict, as the fp32 specs here ask
+    torch.backends.cudnn.allow_tf32 = False
 torch.set_num_threads(1)
 gen = torch.Generator().manual_seed(0)
 results = {}
@@ -148,7 +152,8 @@ for case in json.load(open(sys.argv[1])):
         if case["inputs"] and case["inputs"][0][1] == "col":
             env["b"] = env["b"].view(-1, *([1] * dims))
         ref = eval(case["torch_expr"], env, {"acc": acc}) if case["torch_expr"] else acc
-        out = getattr(mod, case["fn"])(x, w, *args)
+        on = lambda v: v.to(device) if torch.is_tensor(v) else v
+        out = getattr(mod, case["fn"])(on(x), on(w), *map(on, args)).cpu()
         assert out.shape == ref.shape and out.dtype == getattr(torch, case["out_dtype"]), (out.shape, ref.shape)
         results[case["id"]] = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
     except Exception as e:  # reported per case by the test
@@ -159,9 +164,11 @@ json.dump(results, open(sys.argv[2], "w"))
 TORCH_EXPR = {id(BIAS_RELU): "torch.relu(acc + b)", id(ALL_KINDS): "(acc + b) * alpha + res"}
 
 
-def test_rendered_kernels_match_torch(tmp_path):
+def _run_rendered(tmp_path, device: str, cases_in=CASES):
+    """Every case's default and one other algorithm, rendered and run on `device` ("cpu": the interpreter) against
+    float64 torch on the CPU: {case id: relative error or the exception's text}, with each case's tolerance."""
     cases = []
-    for s, (dims, c_in, c_out, k, stride, pad, dil, groups, dt, ep, shape) in enumerate(CASES):
+    for s, (dims, c_in, c_out, k, stride, pad, dil, groups, dt, ep, shape) in enumerate(cases_in):
         spec = make_spec(dims, c_in, c_out, k, stride, pad, dil, groups, dt, ep)
         for c, cfg in enumerate(_configs(spec, s)):
             fn = f"conv_{s}_{c}"
@@ -173,16 +180,48 @@ def test_rendered_kernels_match_torch(tmp_path):
                               dilation=spec.dilation, groups=groups, dtype=dt, out_dtype=spec.out_dtype,
                               shape=shape, inputs=[(i.name, i.kind) for i in (ep.inputs if ep else ())],
                               torch_expr=TORCH_EXPR.get(id(ep)), tol=1e-5 if dt == "float32" else 1e-2))
-    assert len(cases) >= 20 and {c["id"].split("'ALGO': '")[1].split("'")[0] for c in cases} == set(conv.ALGOS)
     (tmp_path / "driver.py").write_text(DRIVER)
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TRITON_INTERPRET", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "cases.json"),
-                           str(tmp_path / "results.json")], env=env, capture_output=True, text=True, timeout=480)
+                           str(tmp_path / "results.json"), device], env=env, capture_output=True, text=True,
+                          timeout=480)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((tmp_path / "results.json").read_text())
-    bad = {c["id"]: results[c["id"]] for c in cases
-           if isinstance(results[c["id"]], str) or not results[c["id"]] < c["tol"]}
+    return cases, {c["id"]: (results[c["id"]], c["tol"]) for c in cases}
+
+
+def _bad(results):
+    return {k: v for k, (v, tol) in results.items() if isinstance(v, str) or not v < tol}
+
+
+def test_rendered_kernels_match_torch(tmp_path):
+    cases, results = _run_rendered(tmp_path, "cpu")
+    assert len(cases) >= 20 and {c["id"].split("'ALGO': '")[1].split("'")[0] for c in cases} == set(conv.ALGOS)
+    bad = _bad(results)
+    assert not bad, "\n".join(f"{k}: {v}" for k, v in bad.items())
+
+
+# The same cases compiled for sm_90 and run on the GPU (`pytest -m gpu tests/test_kernels_conv.py`), plus layers at
+# sizes the interpreter cannot reach: ResNet-like 3x3 and 1x1 layers, a strided 7x7 stem, a wide depthwise layer.
+GPU_CASES = CASES + [
+    (2, 64, 64, 3, 1, 1, 1, 1, "float32", BIAS_RELU, (56, 56)),
+    (2, 3, 64, 7, 2, 3, 1, 1, "float32", None, (112, 112)),
+    (2, 256, 64, 1, 1, 0, 1, 1, "bfloat16", ALL_KINDS, (28, 28)),
+    (2, 128, 128, 3, 2, 1, 1, 128, "float32", BIAS_RELU, (28, 28)),
+    (3, 16, 32, 3, 1, 1, 1, 1, "float16", BIAS_RELU, (8, 16, 16)),
+    (1, 64, 128, 5, 1, 4, 2, 1, "float32", None, (500,)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (run on the H200)")
+def test_gpu_rendered_kernels_match_torch(tmp_path, gpu_to_itself):
+    cases, results = _run_rendered(tmp_path, "cuda", GPU_CASES)
+    bad = _bad(results)
     assert not bad, "\n".join(f"{k}: {v}" for k, v in bad.items())
 
 

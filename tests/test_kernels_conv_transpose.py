@@ -50,8 +50,10 @@ def _spec(case, precision="ieee"):
 DRIVER = r'''
 import importlib.util, json, os, sys
 import torch
-from workbench.harness.child import interpreter_fixes
-interpreter_fixes.apply()  # the interpreter's bf16 tl.dot multiplies raw bits (interpreter_fixes says so)
+device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+if device == "cpu":
+    from workbench.harness.child import interpreter_fixes
+    interpreter_fixes.apply()  # the interpreter's bf16 tl.dot multiplies raw bits (interpreter_fixes says so)
 torch.set_num_threads(1)
 gen = torch.Generator().manual_seed(0)
 F = torch.nn.functional
@@ -79,7 +81,8 @@ for case in json.load(open(sys.argv[1])):
                 env[nm] = v.double()
             args.append(v)
         ref = eval(case["expr"], env) if case["expr"] else acc
-        y = getattr(mod, case["fn"])(x, w, *args)
+        on = lambda v: v.to(device) if torch.is_tensor(v) else v
+        y = getattr(mod, case["fn"])(on(x), on(w), *map(on, args)).cpu()
         assert y.shape == ref.shape and y.dtype == dt, (y.shape, ref.shape, y.dtype)
         results[case["id"]] = ((y.double() - ref).norm() / ref.norm()).item()
     except Exception as e:
@@ -98,11 +101,11 @@ def _configs(spec, overrides):
     return out
 
 
-@pytest.fixture(scope="module")
-def interpreted(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("convt")
+def _run_cases(tmp, device, case_list):
+    """Each case's configurations rendered and run on `device` ("cpu": the interpreter) against float64 torch on the
+    CPU: {id: (relative error or the exception's text, tolerance)}."""
     cases = []
-    for case in CASES:
+    for case in case_list:
         spec = _spec(case)
         for j, cfg in enumerate(_configs(spec, case[-1])):
             fn = f"ct_{case[0]}_{j}"
@@ -116,13 +119,21 @@ def interpreted(tmp_path_factory):
                               expr=EPILOGUES[ep][1] if ep else None, tol=2e-2 if dt != "float32" else 1e-5))
     (tmp / "driver.py").write_text(DRIVER)
     (tmp / "cases.json").write_text(json.dumps(cases))
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1",
+    env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(tmp / "driver.py"), str(tmp / "cases.json"), str(tmp / "out.json")],
-                          env=env, capture_output=True, text=True, timeout=600)
+    env.pop("TRITON_INTERPRET", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, str(tmp / "driver.py"), str(tmp / "cases.json"), str(tmp / "out.json"),
+                           device], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp / "out.json").read_text())
     return {c["id"]: (results[c["id"]], c["tol"]) for c in cases}
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    return _run_cases(tmp_path_factory.mktemp("convt"), "cpu", CASES)
 
 
 def _inputs(spec):
@@ -133,6 +144,26 @@ def test_interpreter_matches_float64_torch(interpreted):
     bad = {k: v for k, v in interpreted.items() if isinstance(v[0], str) or not v[0] <= v[1]}
     assert not bad, bad
     assert len(interpreted) >= len(CASES) + 4  # PHASED and plain variants both ran
+
+
+# The same cases compiled for sm_90 on the GPU (`pytest -m gpu tests/test_kernels_conv_transpose.py`), plus layers at
+# KernelBench-like sizes the interpreter cannot reach (a U-Net up-sampling layer, a strided 3-D layer with output
+# padding and groups, a dilated 1-D layer).
+GPU_CASES = CASES + [
+    ("2d_up_64", 2, 4, 64, 32, (32, 32), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1, "float32", "bias", [{"PHASED": False}]),
+    ("2d_k3_bf16", 2, 2, 128, 64, (28, 28), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, "bfloat16", "bias_relu_res", []),
+    ("3d_g4_op1", 3, 2, 32, 32, (6, 12, 24), (3, 5, 7), (2, 2, 2), (1, 2, 3), (1, 1, 1), (1, 1, 1), 4, "float32", None,
+     [{"PHASED": False}]),
+    ("1d_dil3", 1, 4, 32, 64, (257,), (5,), (1,), (2,), (0,), (3,), 1, "float32", "bias", []),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (run on the H200)")
+def test_gpu_matches_float64_torch(tmp_path, gpu_to_itself):
+    results = _run_cases(tmp_path, "cuda", GPU_CASES)
+    bad = {k: v for k, v in results.items() if isinstance(v[0], str) or not v[0] <= v[1]}
+    assert not bad, bad
 
 
 def test_space_deterministic_default_valid_and_registered():
