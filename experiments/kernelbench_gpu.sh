@@ -29,7 +29,7 @@ fi
 gpu_tests() {
   WORKBENCH_KERNELBENCH=$PWD/.kb timeout "${GPU_TESTS_S:-420}" python3 -m pytest -m gpu ${GPU_TEST_FILES:-tests/test_isolation.py \
     tests/test_gpu.py tests/test_gpu_graph_launch.py tests/test_kernelbench.py tests/test_gpu_profiling.py \
-    tests/test_kernels_gemm.py tests/test_kernels_reduce.py} -v -rA -s -p no:cacheprovider \
+    tests/test_kernels_gemm.py tests/test_kernels_reduce.py tests/test_kernels_conv.py tests/test_kernels_conv_transpose.py} -v -rA -s -p no:cacheprovider \
     --timeout 240 > "$OUT/gpu_tests.log" 2>&1
   cp /tmp/wbhome/isolation.json "$OUT/" 2>/dev/null
   if grep -q "FAILED tests/test_gpu_profiling.py::test_ncu" "$OUT/gpu_tests.log"; then
