@@ -150,7 +150,8 @@ def test_interpreter_matches_float64_torch(interpreted):
 # KernelBench-like sizes the interpreter cannot reach (a U-Net up-sampling layer, a strided 3-D layer with output
 # padding and groups, a dilated 1-D layer).
 GPU_CASES = CASES + [
-    ("2d_up_64", 2, 4, 64, 32, (32, 32), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1, "float32", "bias", [{"PHASED": False}]),
+    ("2d_up_64", 2, 4, 64, 32, (32, 32), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1, "float32", "bias",
+     [{"PHASED": False}]),
     ("2d_k3_bf16", 2, 2, 128, 64, (28, 28), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, "bfloat16", "bias_relu_res", []),
     ("3d_g4_op1", 3, 2, 32, 32, (6, 12, 24), (3, 5, 7), (2, 2, 2), (1, 2, 3), (1, 1, 1), (1, 1, 1), 4, "float32", None,
      [{"PHASED": False}]),
