@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.devices import cuda_gpu_count
 from workbench.kernels import conv
 from workbench.kernels.base import Epilogue, EpilogueInput, valid_space
 
@@ -218,7 +219,7 @@ GPU_CASES = CASES + [
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (run on the H200)")
+@pytest.mark.skipif(cuda_gpu_count() == 0, reason="needs a CUDA GPU (run on the H200)")
 def test_gpu_rendered_kernels_match_torch(tmp_path, gpu_to_itself):
     cases, results = _run_rendered(tmp_path, "cuda", GPU_CASES)
     bad = _bad(results)

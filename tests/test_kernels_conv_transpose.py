@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.devices import cuda_gpu_count
 from workbench.kernels import FAMILIES
 from workbench.kernels import conv_transpose as ct
 from workbench.kernels.base import Epilogue, EpilogueInput, valid_space
@@ -140,8 +141,12 @@ def _inputs(spec):
     return spec.epilogue.inputs if spec.epilogue else ()
 
 
+def _bad(results):
+    return {k: v for k, v in results.items() if isinstance(v[0], str) or not v[0] <= v[1]}
+
+
 def test_interpreter_matches_float64_torch(interpreted):
-    bad = {k: v for k, v in interpreted.items() if isinstance(v[0], str) or not v[0] <= v[1]}
+    bad = _bad(interpreted)
     assert not bad, bad
     assert len(interpreted) >= len(CASES) + 4  # PHASED and plain variants both ran
 
@@ -160,10 +165,9 @@ GPU_CASES = CASES + [
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (run on the H200)")
+@pytest.mark.skipif(cuda_gpu_count() == 0, reason="needs a CUDA GPU (run on the H200)")
 def test_gpu_matches_float64_torch(tmp_path, gpu_to_itself):
-    results = _run_cases(tmp_path, "cuda", GPU_CASES)
-    bad = {k: v for k, v in results.items() if isinstance(v[0], str) or not v[0] <= v[1]}
+    bad = _bad(_run_cases(tmp_path, "cuda", GPU_CASES))
     assert not bad, bad
 
 
