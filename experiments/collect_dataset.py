@@ -27,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -64,6 +65,19 @@ def prepare(name: str, per_problem: int, seed: int):
     return problem, proposer.propose(per_problem, seed=seed), proposer.space_size()
 
 
+def problem_source(name: str) -> dict:
+    """Where a problem given as a file came from, for the export to load it again: a KernelBench file as
+    "level<N>/<file>" (its level directory and name; a checkout's root differs between machines), any other file by
+    its path; a built-in name needs nothing."""
+    path = Path(name)
+    if path.suffix != ".py":
+        return {}
+    m = re.fullmatch(r"level(\d+)", path.parent.name)
+    if m:
+        return {"source": f"{path.parent.name}/{path.name}", "level": f"level{int(m.group(1))}"}
+    return {"source": str(path)}
+
+
 def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float) -> None:
     out = Path(args["out"])
     rows = (out / f"rows-gpu{gpu}.jsonl").open("a")
@@ -95,12 +109,12 @@ def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float)
             todo = [c for c in cands if (problem.key, c.hash, "candidate") not in done]
             if time.time() < deadline:
                 ladder.precompile(problem, todo, pool=pool)
-            return problem, cands, todo, size
+            return problem, cands, todo, size, problem_source(name)
 
     try:
         nxt = next_prepared()
         while nxt is not None and time.time() < deadline:
-            problem, cands, todo, size = nxt
+            problem, cands, todo, size, source = nxt
             holder: dict = {}
             th = threading.Thread(target=lambda: holder.update(v=next_prepared()), daemon=True)
             th.start()  # compile the next problem while this one is measured
@@ -111,7 +125,7 @@ def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float)
                 ev = ladder.evaluate(problem, c, up_to="quick_timing")
                 stats["candidates"] += 1
                 stats["gpu_s"] += sum(s.gpu_s for s in ev.stages)
-                write({"kind": "candidate", "problem": problem.name, "problem_key": problem.key,
+                write({"kind": "candidate", "problem": problem.name, "problem_key": problem.key, **source,
                        "candidate": c.hash, "origin": dict(c.origin), "space_size": size,
                        "evaluation": ev.summary()})
             # the best by quick time among everything measured for this problem, in this run and earlier ones
@@ -125,13 +139,15 @@ def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float)
                     if q is not None and q.ok:
                         reps.append({k: q.data.get(k) for k in ("candidate_ms", "eager_ms", "speedup_vs_eager",
                                                                   "spread", "reps")})
-                write({"kind": "noise", "problem": problem.name, "problem_key": problem.key, "candidate": "noise",
+                write({"kind": "noise", "problem": problem.name, "problem_key": problem.key, **source,
+                       "candidate": "noise",
                        "default_candidate": default.hash, "repeats": reps})
             if quick and args["full_best"] and time.time() < deadline and \
                     (problem.key, quick[0][1].hash, "full") not in done:
                 best = quick[0][1]
                 ev = ladder.evaluate(problem, best, force_full=True)
-                write({"kind": "full", "problem": problem.name, "problem_key": problem.key, "candidate": best.hash,
+                write({"kind": "full", "problem": problem.name, "problem_key": problem.key, **source,
+                       "candidate": best.hash,
                        "origin": dict(best.origin), "evaluation": ev.summary()})
             stats["problems"].append({"problem": problem.name, "measured": len(todo), "wall_s": time.time() - t0})
             print(json.dumps({"gpu": gpu, "problem": problem.name, "measured": len(todo),

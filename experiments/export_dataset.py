@@ -32,6 +32,37 @@ from workbench.core import ceilings  # noqa: E402
 from workbench.problems import Problem  # noqa: E402
 from workbench.problems.analysis import count, roofline_floor  # noqa: E402
 from workbench.proposers.offline import Choice, OfflineProposer  # noqa: E402
+from workbench.surrogates.splits import kernelbench_root  # noqa: E402
+
+KERNELBENCH_ROOT: Path | None = None  # set by main(): where "level<N>/<file>" sources are read from
+
+
+def load_problem(name: str, source=None) -> Problem:
+    """A row's problem again: a built-in by name, a file by the source its collection recorded (a KernelBench file
+    as "level<N>/<file>", read under `--kernelbench-root`)."""
+    if not isinstance(source, str) or not source:
+        return Problem.load(name)
+    parts = Path(source).parts
+    if len(parts) == 2 and parts[0].startswith("level"):
+        if KERNELBENCH_ROOT is None:
+            raise FileNotFoundError(f"{name}: a KernelBench file ({source}) but no KernelBench checkout: pass "
+                                    "--kernelbench-root or set $WORKBENCH_KERNELBENCH")
+        return Problem.load(str(KERNELBENCH_ROOT / source))
+    return Problem.load(source)
+
+
+def _sources(cands) -> dict[str, object]:
+    """problem_key -> the source its rows recorded (None for built-ins)."""
+    if "source" not in cands.columns:
+        return {}
+    return {k: v for k, v in zip(cands["problem_key"], cands["source"]) if isinstance(v, str) and v}
+
+
+def dataset_gpu(rows: list[dict]) -> str:
+    """The card the rows were measured on (the most common; the floors use its ceilings)."""
+    names = Counter((r.get("device") or {}).get("gpu_name") for r in rows if r["kind"] == "candidate")
+    names.pop(None, None)
+    return names.most_common(1)[0][0] if names else "NVIDIA H200"
 
 
 def read_rows(raw: Path) -> list[dict]:
@@ -73,6 +104,7 @@ def candidate_row(r: dict) -> dict:
     sp = qd.get("speedup_vs_eager")
     return {
         "problem": r["problem"], "problem_key": r["problem_key"], "candidate": r["candidate"],
+        "source": r.get("source"), "level": r.get("level"),
         "choice_digest": origin.get("choice"), "choice_json": origin.get("config"), "identity": origin.get("identity"),
         "n_groups": len(choice.get("configs", {})),
         "fused_points": sum(bool(v) for v in choice.get("fuse", {}).values()),
@@ -92,12 +124,17 @@ def candidate_row(r: dict) -> dict:
 
 
 def problem_rows(rows: list[dict], cands) -> list[dict]:
-    ceil = ceilings.load("NVIDIA H200")
+    ceil = ceilings.load(dataset_gpu(rows))
     noise = {r["problem_key"]: r for r in rows if r["kind"] == "noise"}
+    sources = _sources(cands)
+    levels = {k: v for k, v in zip(cands["problem_key"], cands["level"]) if isinstance(v, str)} \
+        if "level" in cands.columns else {}
     out = []
     for name, key in sorted(set(zip(cands["problem"], cands["problem_key"]))):
-        p = Problem.load(name)
-        row: dict = {"problem": name, "problem_key": key, "key_matches_builtin": p.key == key}
+        source = sources.get(key)
+        p = load_problem(name, source)
+        row: dict = {"problem": name, "problem_key": key, "key_matches_builtin": p.key == key and source is None,
+                     "source": source, "level": levels.get(key)}
         try:
             c = count(p)
             fl = roofline_floor(c, ceil) if ceil else None
@@ -142,11 +179,13 @@ def check_identities(cands) -> tuple[list[bool], list[str | None], int]:
     (the collection's, or for older rows the one its exact source text still renders as; None when it does not);
     plus how many regenerating rows render another text now (drift: cosmetic template edits)."""
     proposers: dict[str, OfflineProposer] = {}
+    sources = _sources(cands)
     ok, keys, drift = [], [], 0
-    for name, h, cj, recorded in zip(cands["problem"], cands["candidate"], cands["choice_json"], cands["identity"]):
+    for name, pk, h, cj, recorded in zip(cands["problem"], cands["problem_key"], cands["candidate"],
+                                         cands["choice_json"], cands["identity"]):
         recorded = recorded if isinstance(recorded, str) and recorded else None
         if name not in proposers:
-            proposers[name] = OfflineProposer(Problem.load(name))
+            proposers[name] = OfflineProposer(load_problem(name, sources.get(pk)))
         try:
             choice = Choice.from_dict(json.loads(cj))
             current = proposers[name].identity(choice)
@@ -169,7 +208,12 @@ def main() -> None:
     ap.add_argument("--recheck", action="store_true",
                     help="re-check an existing export in place (its recorded identities kept) against the current "
                          "templates and partition, instead of exporting the raw rows again")
+    ap.add_argument("--kernelbench-root", default=None,
+                    help="the KernelBench checkout that rows from its files are loaded from (default: "
+                         "$WORKBENCH_KERNELBENCH, else ../shared/kernelbench beside the checkout)")
     args = ap.parse_args()
+    global KERNELBENCH_ROOT
+    KERNELBENCH_ROOT = Path(args.kernelbench_root) if args.kernelbench_root else kernelbench_root()
     raw, out = Path(args.raw), Path(args.out)
     if args.recheck:
         recheck(out)
@@ -210,8 +254,9 @@ def main() -> None:
                        "says whether it still renders the measured kernels, `identity` names them "
                        "(workbench.kernels.identity)"}
     (out / "provenance.json").write_text(json.dumps(prov, indent=1, default=str))
-    (out / "SUMMARY.md").write_text(summary(cands, problems, full, drift))
-    print(summary(cands, problems, full, drift))
+    gpu = dataset_gpu(rows)
+    (out / "SUMMARY.md").write_text(summary(cands, problems, full, drift, gpu))
+    print(summary(cands, problems, full, drift, gpu))
 
 
 def recheck(out: Path) -> None:
@@ -224,16 +269,19 @@ def recheck(out: Path) -> None:
     before = int(cands["regenerates"].sum())
     cands["regenerates"], cands["identity"], drift = check_identities(cands)
     cands.to_parquet(out / "candidates.parquet", compression="zstd", index=False)
-    (out / "SUMMARY.md").write_text(summary(cands, problems, full, drift))
+    devices = json.loads((out / "provenance.json").read_text()).get("devices", []) \
+        if (out / "provenance.json").exists() else []
+    gpu = devices[0].get("gpu_name", "NVIDIA H200") if devices else "NVIDIA H200"
+    (out / "SUMMARY.md").write_text(summary(cands, problems, full, drift, gpu))
     lost = cands.loc[~cands["regenerates"], "problem"].value_counts()
     print(f"regenerating rows: {before} -> {int(cands['regenerates'].sum())}; {drift} drift; "
           f"not regenerating per problem: {lost.to_dict()}")
 
 
-def summary(cands, problems, full, drift: int = 0) -> str:
+def summary(cands, problems, full, drift: int = 0, gpu: str = "NVIDIA H200") -> str:
     by_out = Counter(cands["outcome"])
     fail_stage = Counter(cands.loc[cands["outcome"] == "fails", "failed_stage"])
-    lines = ["# H200 measurement dataset", "",
+    lines = [f"# {gpu.removeprefix('NVIDIA ')} measurement dataset", "",
              f"{len(cands)} candidates over {cands['problem'].nunique()} problems: {by_out.get('ok', 0)} timed, "
              f"{by_out.get('fails', 0)} failed ({', '.join(f'{k} {v}' for k, v in fail_stage.most_common())}), "
              f"{by_out.get('unmeasured', 0)} not measured. {int(cands['regenerates'].sum())} of {len(cands)} rows "
@@ -251,18 +299,18 @@ def summary(cands, problems, full, drift: int = 0) -> str:
                      f"| {p['problem']} | {p['candidates']} | {p['ok']} | {p['fails']} | "
                      f"{p['best_speedup'] or float('nan'):.2f}x | {med:.2f}x | - |")
     if len(full):
-        lines += ["", suite_table(full, problems)]
+        lines += ["", suite_table(full, problems, gpu)]
     return "\n".join(lines) + "\n"
 
 
-def suite_table(full, problems) -> str:
+def suite_table(full, problems, gpu: str = "NVIDIA H200") -> str:
     """Issue 3's suite benchmark: each problem's best candidate (by quick time over the sampled pool) through full
     timing, with eager and torch.compile (default mode) timed call by call in the same run."""
     # a later slice with a larger pool may have found a better best: the latest full timing per problem stands
     full = full.sort_values("t").groupby("problem_key", as_index=False).last()
     ok = full[full["ok"]].merge(problems[["problem_key", "floor_ms"]], on="problem_key", how="left",
                                 suffixes=("", "_p"))
-    lines = ["## Suite: best sampled candidate per problem, full timing (H200)", "",
+    lines = [f"## Suite: best sampled candidate per problem, full timing ({gpu.removeprefix('NVIDIA ')})", "",
              "| problem | best ms | eager ms | torch.compile ms | vs eager | vs torch.compile | floor / best |",
              "|---|---|---|---|---|---|---|"]
     for _, r in ok.sort_values("problem").iterrows():

@@ -33,7 +33,7 @@ from ._common import RESERVED_NAMES, next_pow2, register_budget, threads_check, 
 from .base import Epilogue, Rendered, grid_space
 
 name = "pool"
-template_version = 1  # see base.Family
+template_version = 2  # see base.Family; 2: spatial sizes are constexpr
 
 OPS = ("max", "avg")
 MODES = ("window", "adaptive", "global")
@@ -322,7 +322,11 @@ def render(spec: PoolSpec, config: dict[str, Any], name: str) -> Rendered:
     ep = "".join(p + ", " for p in _ep_params(spec))
     idx = "idx_ptr, " if spec.return_indices else ""
     consts = ", ".join(f"{p}{a}: tl.constexpr" for p in ("K", "S", "P", "DIL") for a in "DHW")
-    params = (f"x_ptr, out_ptr, {idx}{ep}NC, C, ID, IH, IW, OD, OH, OW, sx_n, sx_c, sx_d, sx_h, sx_w,\n"
+    # the spatial sizes are compile-time constants: the flat output index is split into (od, oh, ow) per element,
+    # and an integer division by a runtime value is a long instruction sequence where one by a constant is a
+    # multiply and a shift; a new input size compiles anew
+    sizes = ", ".join(f"{d}: tl.constexpr" for d in ("ID", "IH", "IW", "OD", "OH", "OW"))
+    params = (f"x_ptr, out_ptr, {idx}{ep}NC, C, {sizes}, sx_n, sx_c, sx_d, sx_h, sx_w,\n"
               f"        {consts},\n"
               "        BLOCK_NC: tl.constexpr, BLOCK_O: tl.constexpr, INT64: tl.constexpr")
     glob = spec.mode == "global"
