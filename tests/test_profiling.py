@@ -468,14 +468,19 @@ def test_energy_objective_and_unavailable(monkeypatch):
 
 # ---------------------------------------------------------------- the command line
 
-def test_cli_profile_on_cpu():
+def test_cli_profile_on_cpu(tmp_path):
     # on a GPU machine the counters are left out, so this stays a CPU test there too (ncu replays take minutes)
     extra = ["--no-counters"] if cuda_gpu_count() else []
+    asm = tmp_path / "asm"  # written by this process: the compile worker's file system is read-only
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "profile", "scale_shift_relu",
-                        "workbench/examples/scale_shift_relu_triton.py", "--json", *extra], capture_output=True,
-                       text=True, timeout=240, cwd=ROOT)
+                        "workbench/examples/scale_shift_relu_triton.py", "--json", "--asm-dir", str(asm), *extra],
+                       capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
+    assert sorted(p.name for p in asm.iterdir()) == ["_scale_shift_relu_0.ptx", "_scale_shift_relu_0.sass"]
+    assert ".target sm_90" in (asm / "_scale_shift_relu_0.ptx").read_text()
+    assert "LDG.E.128" in (asm / "_scale_shift_relu_0.sass").read_text()
+    assert "ld.global" not in r.stdout  # the text went to the files, not into the compile facts
     assert {"roofline", "static", "findings", "counters"} <= set(out)
     assert out["compile"]["verdict"] == "pass" and out["roofline"]["bound"] == "memory"
     k = out["static"]["kernels"][0]

@@ -7,7 +7,6 @@ of it into findings. What could not be collected is said, with the reason, never
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import threading
@@ -52,9 +51,10 @@ def _grid(grid: Any, fn: Any, args: tuple, kwargs: dict) -> list[int] | None:
         return None
 
 
-def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_dir: str | None = None) -> dict:
+def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, keep_asm: bool = False) -> dict:
     """Worker-side: the compile stage's probe, with each kernel's grid, PTX and SASS read in the worker (the text
-    stays here unless `asm_dir` asks for it on disk)."""
+    stays here unless `keep_asm` sends it back, under each kernel's "asm": the worker's file system is read-only, so
+    the caller writes the files)."""
     from triton.runtime.jit import JITFunction  # worker side: torch and triton load only in the worker
 
     from ..harness.child import compile_probe
@@ -75,15 +75,10 @@ def probe(progress: Callable[[str], None], problem: tuple, cand_path: str, asm_d
         except Exception as e:
             info["static_error"] = f"{type(e).__name__}: {e}"
             return info
-        if asm_dir:
-            stem = Path(asm_dir) / f"{name}_{len(os.listdir(asm_dir))}"
-            stem.with_suffix(".ptx").write_text(ptx)
-            if sass:
-                stem.with_suffix(".sass").write_text(sass)
+        if keep_asm:
+            info["asm"] = {"ptx": ptx, "sass": sass or ""}
         return info
 
-    if asm_dir:
-        os.makedirs(asm_dir, exist_ok=True)
     # compile_probe.probe saves JITFunction.run (ours) as its original and calls it with warmup=True
     JITFunction.run, compile_probe._describe = run, describe
     try:
@@ -154,7 +149,7 @@ def _compile_and_count(problem: Any, cand: Path, asm_dir: str | None, timeout: f
         t0 = time.perf_counter()
         try:
             answer["result"] = worker.call("workbench.profiling.report:probe", timeout, problem=problem_spec(problem),
-                                           cand_path=str(cand), asm_dir=asm_dir)
+                                           cand_path=str(cand), keep_asm=bool(asm_dir))
         finally:
             answer["seconds"] = time.perf_counter() - t0
             worker.stop()
@@ -166,7 +161,26 @@ def _compile_and_count(problem: Any, cand: Path, asm_dir: str | None, timeout: f
     finally:
         thread.join()
     result = answer.get("result") or {"error": "the compile worker gave no answer", "crashed": True}
+    if asm_dir:
+        write_asm(result.get("kernels") or [], Path(asm_dir))
     return compile_stage.judge(result, answer.get("seconds", 0.0)), counts
+
+
+def write_asm(kernels: list[dict[str, Any]], asm_dir: Path) -> list[Path]:
+    """Each kernel's PTX and SASS (taken out of its compile facts) as <name>_<i>.ptx/.sass under `asm_dir`."""
+    asm_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for i, k in enumerate(kernels):
+        asm = k.pop("asm", None)
+        if not asm:
+            continue
+        stem = asm_dir / f"{k.get('kernel', 'kernel')}_{i}"
+        for suffix in ("ptx", "sass"):
+            if asm.get(suffix):
+                path = stem.with_suffix("." + suffix)
+                path.write_text(asm[suffix])
+                written.append(path)
+    return written
 
 
 def _ceilings(gpu: str | None) -> tuple[dict[str, Any] | None, list[str]]:
