@@ -228,6 +228,25 @@ def test_stage_timeouts_reach_the_cpu_pool(bench_dir, tmp_path):
         assert not row["correct"] and "timed out after" in row["reason"], row["reason"]
 
 
+@pytest.mark.timeout(300)
+def test_size_caps_choose_the_shapes_in_the_pool_and_in_one_process(bench_dir, tmp_path, capsys):
+    """`--size-caps 12,24` checks every file at other shapes (sizes that are not powers of two), in the pool processes
+    of `--jobs 2` and in this process alike; caps out of order are refused before anything runs."""
+    for jobs in ("2", "1"):
+        out = tmp_path / f"run{jobs}"
+        argv = ["kernelbench", str(bench_dir), "--only", "1_relu,1_group_conv", "--device", "cpu", "--jobs", jobs,
+                "--out", str(out), "--no-store", "--skip-compile", "--size-caps", "12,24"]
+        assert main(argv) == 0
+        rows = [json.loads(p.read_text()) for p in sorted((out / "files").glob("*.json"))]
+        assert len(rows) == 2
+        for row in rows:
+            assert row["sizes"].startswith("cap 12") and row["correct"] and row["generated"], row
+        assert json.loads((out / "report.json").read_text())["run"]["size_caps"] == [12, 24]
+    capsys.readouterr()
+    assert main(["kernelbench", str(bench_dir), "--device", "cpu", "--size-caps", "24,12", "--no-store"]) != 0
+    assert "--size-caps '24,12': positive integers, small to large" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------- viz and notebook
 def _synthetic_report(tmp_path: Path) -> Path:
     rows = [_row("level1/a.py", "level1", eager=2.5, compile_=1.2),

@@ -37,6 +37,19 @@ def _out_dir(args, device: str) -> Path:
     return root / name
 
 
+def _caps(text: str | None) -> tuple[int, ...] | None:
+    """--size-caps "16,32": the caps the CPU device's small sizes try, small to large."""
+    if not text:
+        return None
+    try:
+        caps = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ValueError(f"--size-caps {text!r}: comma-separated integers, e.g. 16,32,64") from None
+    if any(c < 1 for c in caps) or list(caps) != sorted(caps):
+        raise ValueError(f"--size-caps {text!r}: positive integers, small to large")
+    return caps
+
+
 def cmd_kernelbench(args) -> int:
     files = from_sample(args.dir, args.sample) if args.sample else discover(args.dir, _levels(args.levels), args.only)
     if args.sample and (args.levels or args.only):  # a sample narrowed further by --levels / --only
@@ -53,7 +66,7 @@ def cmd_kernelbench(args) -> int:
         raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
     cfg = RunConfig(device="cpu" if name == "cpu" else name, budget_gpu_s=args.budget_gpu_s, strategy=args.strategy,
                     overrides=overrides, jobs=max(1, args.jobs), skip_compile=args.skip_compile,
-                    timeout_s=args.file_timeout_s, timeouts=timeouts)
+                    timeout_s=args.file_timeout_s, timeouts=timeouts, size_caps=_caps(args.size_caps))
     out = _out_dir(args, name)
     store = open_store(args)
     device = None
@@ -69,6 +82,7 @@ def cmd_kernelbench(args) -> int:
     run = {"name": out.name, "dir": str(args.dir), "device": device.name if device else "cpu",
            "strategy": args.strategy, "budget_gpu_s": args.budget_gpu_s, "levels": args.levels, "only": args.only,
            "sample": args.sample, "overrides": overrides, "skip_compile": args.skip_compile,
+           "size_caps": _caps(args.size_caps),
            "store": None if store is None else str(store.path) if hasattr(store, "path") else "default"}
     report = write_report(out, rows, run)
     if args.json:

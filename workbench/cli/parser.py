@@ -292,6 +292,9 @@ def _register_kernelbench(sub) -> None:
     kb.add_argument("--jobs", type=positive_int, default=1, help="CPU device: files checked at once (one process each)")
     kb.add_argument("--skip-compile", action="store_true",
                     help="CPU device: skip the sm_90 compile stage (correctness on the interpreter only)")
+    kb.add_argument("--size-caps", default=None, metavar="CAPS",
+                    help="CPU device: the caps the automatic small sizes try, small to large (default 8,16,32,64; "
+                         "e.g. 16,32,64 checks every file at other shapes)")
     kb.add_argument("--out", default=None, help="the run's directory (default: results/kernelbench/<run>); a rerun "
                                                 "with the same directory skips files already done")
     kb.add_argument("--run", default=None, help="the run's name (default: from the device and the budget)")

@@ -212,8 +212,10 @@ class SkipCompile:
 
 
 def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: dict[str, str] | None = None,
-                   skip_compile: bool = False, timeout_s: float | None = None) -> FileResult:
-    """CPU mode: small sizes, the proposer's default candidate, the ladder to correctness (interpreter)."""
+                   skip_compile: bool = False, timeout_s: float | None = None,
+                   size_caps: tuple[int, ...] | None = None) -> FileResult:
+    """CPU mode: small sizes (`shrink`, with `size_caps` for its caps), the proposer's default candidate, the ladder
+    to correctness (interpreter)."""
     t0 = time.monotonic()
 
     def prepare():
@@ -221,7 +223,7 @@ def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: di
         if chosen:  # the caller chose the sizes
             problem = Problem.load(str(path), chosen)
             return problem, OfflineProposer(problem), "set: " + ", ".join(f"{k}={v}" for k, v in chosen.items())
-        sizes, problem, proposer = shrink(path)
+        sizes, problem, proposer = shrink(path, caps=tuple(size_caps)) if size_caps else shrink(path)
         return problem, proposer, sizes.describe()
 
     try:
@@ -333,13 +335,14 @@ _POOL_DEVICE = None
 
 
 def _pool_check(path: str, seeds: int, overrides: dict[str, str], skip_compile: bool,
-                timeout_s: float | None, timeouts: dict[str, float]) -> dict[str, Any]:
+                timeout_s: float | None, timeouts: dict[str, float],
+                size_caps: tuple[int, ...] | None = None) -> dict[str, Any]:
     """One file in a pool process, on that process's own CPU device (kept for the process's next files)."""
     global _POOL_DEVICE
     if _POOL_DEVICE is None:
         _POOL_DEVICE = LocalDevice("cpu", timeouts={**CPU_TIMEOUTS, **timeouts})
     return check_file_cpu(Path(path), _POOL_DEVICE, seeds=seeds, overrides=overrides, skip_compile=skip_compile,
-                          timeout_s=timeout_s).to_dict()
+                          timeout_s=timeout_s, size_caps=size_caps).to_dict()
 
 
 # ---- the run ----
@@ -354,6 +357,7 @@ class RunConfig:
     timeout_s: float | None = 120.0  # per file, CPU mode: loading and tracing (each ladder stage has its own)
     skip_compile: bool = False  # CPU mode
     timeouts: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU mode: stage -> s, over CPU_TIMEOUTS
+    size_caps: tuple[int, ...] | None = None  # CPU mode: the caps the small sizes try (None: kernelbench_sizes.CAPS)
 
 
 def load_done(out: Path) -> dict[str, FileResult]:
@@ -406,7 +410,7 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
     if cfg.device == "cpu" and cfg.jobs > 1 and len(todo) > 1:
         with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as ex:
             futs = {ex.submit(_pool_check, str(f), cfg.seeds, cfg.overrides, cfg.skip_compile, cfg.timeout_s,
-                              cfg.timeouts): f for f in todo}
+                              cfg.timeouts, cfg.size_caps): f for f in todo}
             for fut in as_completed(futs):
                 f = futs[fut]
                 try:
@@ -426,7 +430,8 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
             for f in todo:
                 if device.kind == "cpu":
                     row = check_file_cpu(f, device, store=store, seeds=cfg.seeds, overrides=cfg.overrides,
-                                         skip_compile=cfg.skip_compile, timeout_s=cfg.timeout_s)
+                                         skip_compile=cfg.skip_compile, timeout_s=cfg.timeout_s,
+                                         size_caps=cfg.size_caps)
                 else:
                     row = search_file(f, device, store, cfg.budget_gpu_s, cfg.strategy, cfg.overrides)
                 row.device = row.device or here
