@@ -83,8 +83,8 @@ def check(models: ModelPair, n_seeds: int = 5, tol_overrides: dict[str, Any] | N
         # is what lets a 16 GiB input (45_Average_Pooling_2D) be judged on an 80 GB card
         snapshot = inputs
         if i == 0:
-            unusable = reference_cache.probe((problem.key, str(dev), tol_key), lambda: _unusable_reference(
-                models, snapshot, precision, tol_overrides))
+            unusable = reference_cache.probe((problem.key, str(dev), tol_key), lambda s=snapshot: _unusable_reference(
+                models, s, precision, tol_overrides))
             if unusable:
                 return {"verdict": INCONCLUSIVE, "reason": unusable, "data": {"seed": seed}}
         key = (problem.key, str(dev), seed)
