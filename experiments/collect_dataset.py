@@ -109,7 +109,8 @@ def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float)
             todo = [c for c in cands if (problem.key, c.hash, "candidate") not in done]
             if time.time() < deadline:
                 ladder.precompile(problem, todo, pool=pool)
-            return problem, cands, todo, size, problem_source(name)
+            # the precision each row was judged under (the problem key hashes it too)
+            return problem, cands, todo, size, {**problem_source(name), "precision": problem.effective_precision}
 
     try:
         nxt = next_prepared()

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from collect_dataset import iter_rows  # noqa: E402
 
 from workbench.core import ceilings  # noqa: E402
-from workbench.problems import Problem  # noqa: E402
+from workbench.problems import PRECISIONS, Problem  # noqa: E402
 from workbench.problems.analysis import count, roofline_floor  # noqa: E402
 from workbench.proposers.offline import Choice, OfflineProposer  # noqa: E402
 from workbench.surrogates.splits import kernelbench_root  # noqa: E402
@@ -37,18 +37,26 @@ from workbench.surrogates.splits import kernelbench_root  # noqa: E402
 KERNELBENCH_ROOT: Path | None = None  # set by main(): where "level<N>/<file>" sources are read from
 
 
-def load_problem(name: str, source=None) -> Problem:
+def load_problem(name: str, source=None, key: str | None = None) -> Problem:
     """A row's problem again: a built-in by name, a file by the source its collection recorded (a KernelBench file
-    as "level<N>/<file>", read under `--kernelbench-root`)."""
-    if not isinstance(source, str) or not source:
-        return Problem.load(name)
-    parts = Path(source).parts
-    if len(parts) == 2 and parts[0].startswith("level"):
-        if KERNELBENCH_ROOT is None:
-            raise FileNotFoundError(f"{name}: a KernelBench file ({source}) but no KernelBench checkout: pass "
-                                    "--kernelbench-root or set $WORKBENCH_KERNELBENCH")
-        return Problem.load(str(KERNELBENCH_ROOT / source))
-    return Problem.load(source)
+    as "level<N>/<file>", read under `--kernelbench-root`). With the row's problem `key`, under the precision it was
+    collected in (the key hashes it: rows collected before the "torch" default judged every file strict)."""
+    target = name
+    if isinstance(source, str) and source:
+        parts = Path(source).parts
+        target = source
+        if len(parts) == 2 and parts[0].startswith("level"):
+            if KERNELBENCH_ROOT is None:
+                raise FileNotFoundError(f"{name}: a KernelBench file ({source}) but no KernelBench checkout: pass "
+                                        "--kernelbench-root or set $WORKBENCH_KERNELBENCH")
+            target = str(KERNELBENCH_ROOT / source)
+    p = Problem.load(target)
+    if key is not None and p.key != key:
+        for precision in PRECISIONS:
+            q = Problem.load(target, precision=precision)
+            if q.key == key:
+                return q
+    return p
 
 
 def _sources(cands) -> dict[str, object]:
@@ -132,7 +140,7 @@ def problem_rows(rows: list[dict], cands) -> list[dict]:
     out = []
     for name, key in sorted(set(zip(cands["problem"], cands["problem_key"]))):
         source = sources.get(key)
-        p = load_problem(name, source)
+        p = load_problem(name, source, key)
         row: dict = {"problem": name, "problem_key": key, "key_matches_builtin": p.key == key and source is None,
                      "source": source, "level": levels.get(key)}
         try:
@@ -185,7 +193,7 @@ def check_identities(cands) -> tuple[list[bool], list[str | None], int]:
                                          cands["choice_json"], cands["identity"]):
         recorded = recorded if isinstance(recorded, str) and recorded else None
         if name not in proposers:
-            proposers[name] = OfflineProposer(load_problem(name, sources.get(pk)))
+            proposers[name] = OfflineProposer(load_problem(name, sources.get(pk), pk))
         try:
             choice = Choice.from_dict(json.loads(cj))
             current = proposers[name].identity(choice)

@@ -213,6 +213,17 @@ def test_command_on_the_cpu_reports_resumes_and_prints_json(bench_dir, tmp_path,
     assert "1_group_conv.py redone: its row was measured on cuda:NVIDIA H200, this run is on cpu" in captured.err
     assert json.loads(row_path.read_text())["device"] == "cpu"
 
+    # each row says the precision it was judged under: PyTorch's defaults, so the conv file's is cuDNN's tf32
+    assert json.loads(row_path.read_text())["precision"] == "cudnn_tf32"
+    assert json.loads((out / "files" / "level1__1_relu.py.json").read_text())["precision"] == "strict"
+    # a run under another precision redoes the rows it changes (the conv file), not the others (strict either way)
+    assert main(argv[:-1] + ["--precision", "strict"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("(from a previous run)") == 3
+    assert "1_group_conv.py redone: its row was judged under cudnn_tf32 precision" in captured.err
+    assert json.loads(row_path.read_text())["precision"] == "strict"
+    assert "Precision (eager and torch.compile run under it too): strict" in (out / "report.md").read_text()
+
 
 @pytest.mark.timeout(300)
 def test_stage_timeouts_reach_the_cpu_pool(bench_dir, tmp_path):

@@ -364,13 +364,63 @@ def test_problem_pickles_and_equals_after_round_trip():
 
 
 def test_precision_from_file_and_override(tmp_path):
-    assert PRECISIONS == ("strict", "tf32")
+    assert PRECISIONS == ("torch", "strict", "tf32")
     assert Problem.load("linear_gelu").effective_precision == "tf32"  # declared in the file
-    assert Problem.load("matmul_fp32").effective_precision == "strict"  # default
+    assert Problem.load("matmul_fp32").effective_precision == "strict"  # default "torch": no cuDNN layer
     assert Problem.load("linear_gelu", precision="strict").effective_precision == "strict"
     assert Problem.load("matmul_fp32", precision="tf32").effective_precision == "tf32"
     path = write(tmp_path, "declares.py", kb('WORKBENCH_PRECISION = "tf32"\n'))
     assert Problem.load(path).effective_precision == "tf32"
+
+
+CONV_FILE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {body}
+
+def get_inputs():
+    return [torch.randn(2, 8, 8, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("body, effective", [
+    ("self.lin(x)", "strict"),
+    ("F.conv2d(x, torch.ones(8, 8, 1, 1))", "cudnn_tf32"),
+    ("torch.conv_transpose2d(x, torch.ones(8, 8, 1, 1))", "cudnn_tf32"),
+    ("self.lin(x)  # not nn.Conv2d: a comment names no layer", "strict"),
+    ("self.lin(x) if 'Conv2d' else x", "strict"),  # nor does a string
+])
+def test_torch_precision_is_cudnn_tf32_only_where_the_reference_calls_cudnn(tmp_path, body, effective):
+    # PyTorch's defaults: torch.backends.cudnn.allow_tf32 is True (convolutions and recurrent layers run tf32 on
+    # tensor cores), torch.backends.cuda.matmul.allow_tf32 False: a KernelBench reference computes exactly that
+    path = write(tmp_path, "conv_or_not.py", CONV_FILE.format(body=body))
+    assert Problem.load(path).effective_precision == effective
+    assert Problem.load(path, precision="torch").effective_precision == effective
+    assert Problem.load(path, precision="strict").effective_precision == "strict"
+    assert Problem.load(path, precision="tf32").effective_precision == "tf32"
+    # the key follows the effective precision: a file with no cuDNN layer keeps its key under the "torch" default
+    same = Problem.load(path).key == Problem.load(path, precision="strict").key
+    assert same == (effective == "strict")
+
+
+@pytest.mark.parametrize("layer", ["nn.Conv1d(8, 8, 3)", "nn.Conv3d(8, 8, 3)", "nn.ConvTranspose2d(8, 8, 3)",
+                                   "nn.LSTM(8, 8)", "nn.GRU(8, 8)", "nn.RNN(8, 8)"])
+def test_cudnn_layers_are_recognised(layer):
+    from workbench.problems.problem import calls_cudnn
+
+    assert calls_cudnn(f"import torch.nn as nn\nm = {layer}\n")
+    assert not calls_cudnn("import torch.nn as nn\nm = nn.LSTMCell(8, 8)\n")  # the cells are cuBLAS matmuls
 
 
 def test_invalid_precision_rejected(tmp_path):

@@ -390,6 +390,14 @@ def test_precision_is_quiet_when_not_strict_fp32():
     assert precision_flags(code, problem_source=None) == []
 
 
+def test_tf32_in_a_problem_whose_convolutions_run_cudnn_tf32_still_warns_and_says_why():
+    # tf32 is the reference's own math for its convolutions, a downgrade for its matmuls: correctness judges
+    flags = precision_flags(cand("y = tl.dot(a, b, input_precision='tf32')\nz = x.half()\n"), precision="cudnn_tf32")
+    assert {f["severity"] for f in flags} == {"warning"} and len(flags) == 2
+    assert any("reference's convolutions run tf32, its matmuls fp32" in f["reason"] for f in flags)
+    assert any("(.half())" in f["reason"] for f in flags)  # a half type is a downgrade either way
+
+
 def test_ieee_dot_and_fp32_are_fine():
     assert precision_flags(cand("y = tl.dot(a, b, acc, input_precision='ieee')\nz = tl.dot(a, b, allow_tf32=False)\n"
                                 "w = x.to(torch.float32)\n")) == []

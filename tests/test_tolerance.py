@@ -26,6 +26,8 @@ def test_default_bounds():
 @pytest.mark.parametrize("dtypes, precision, expected", [
     ([torch.float32], "strict", "fp32"),
     ([torch.float32], "tf32", "tf32"),
+    ([torch.float32], "cudnn_tf32", "tf32"),  # a reference whose convolutions ran cuDNN's tf32 (PyTorch's default)
+    ([torch.bfloat16], "cudnn_tf32", "bf16"),
     ([torch.float32, torch.bfloat16], "strict", "bf16"),  # any bf16 makes the class bf16
     ([torch.bfloat16, torch.float32], "tf32", "bf16"),
     ([torch.float16, torch.float32], "strict", "fp16"),
@@ -496,3 +498,16 @@ def test_compare_in_chunks_gives_the_same_verdict_and_facts(monkeypatch, case):
     for k in ("rel_err", "max_abs_err", "ref_rms"):
         assert chunked[2][k] == pytest.approx(whole[2][k], rel=1e-5, abs=1e-12)
     assert whole[0] == (case in ("pass", "slack"))
+
+
+@pytest.mark.parametrize("precision, matmul, cudnn", [("strict", False, False), ("tf32", True, True),
+                                                       ("cudnn_tf32", False, True)])
+def test_the_reference_runs_the_math_its_precision_names(precision, matmul, cudnn):
+    from workbench.harness.child.execution import set_precision
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        set_precision(precision)
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (matmul, cudnn)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -66,7 +66,8 @@ def cmd_kernelbench(args) -> int:
         raise ValueError("--timeout: the replay device answers from recordings; it has no worker timeouts")
     cfg = RunConfig(device="cpu" if name == "cpu" else name, budget_gpu_s=args.budget_gpu_s, strategy=args.strategy,
                     overrides=overrides, jobs=max(1, args.jobs), skip_compile=args.skip_compile,
-                    timeout_s=args.file_timeout_s, timeouts=timeouts, size_caps=_caps(args.size_caps))
+                    timeout_s=args.file_timeout_s, timeouts=timeouts, size_caps=_caps(args.size_caps),
+                    precision=args.precision)
     out = _out_dir(args, name)
     store = open_store(args)
     device = None
@@ -82,7 +83,7 @@ def cmd_kernelbench(args) -> int:
     run = {"name": out.name, "dir": str(args.dir), "device": device.name if device else "cpu",
            "strategy": args.strategy, "budget_gpu_s": args.budget_gpu_s, "levels": args.levels, "only": args.only,
            "sample": args.sample, "overrides": overrides, "skip_compile": args.skip_compile,
-           "size_caps": _caps(args.size_caps),
+           "size_caps": _caps(args.size_caps), "precision": args.precision or "torch",
            "store": None if store is None else str(store.path) if hasattr(store, "path") else "default"}
     report = write_report(out, rows, run)
     if args.json:

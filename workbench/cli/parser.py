@@ -75,8 +75,10 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a module-level size constant with a literal or constant arithmetic (64, 2**20, "
                         "[64,64], torch.float16; never a call or a name); repeatable")
-    p.add_argument("--precision", choices=["strict", "tf32"], default=None,
-                   help="fp32 accuracy rule (default: the file's WORKBENCH_PRECISION, else strict)")
+    p.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+                   help="fp32 accuracy rule: torch = PyTorch's defaults (fp32 matmuls strict, cuDNN's convolutions "
+                        "tf32), strict = all fp32, tf32 = tf32 everywhere (default: the file's WORKBENCH_PRECISION, "
+                        "else torch)")
     p.add_argument("--problem-timeout-s", type=positive_seconds, default=None, metavar="S",
                    help="limit for loading and checking the problem file in its own process (default 60)")
 
@@ -292,6 +294,10 @@ def _register_kernelbench(sub) -> None:
     kb.add_argument("--jobs", type=positive_int, default=1, help="CPU device: files checked at once (one process each)")
     kb.add_argument("--skip-compile", action="store_true",
                     help="CPU device: skip the sm_90 compile stage (correctness on the interpreter only)")
+    kb.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+                    help="fp32 accuracy rule for every file: torch = PyTorch's defaults, as KernelBench runs them "
+                         "(fp32 matmuls strict, cuDNN's convolutions tf32), strict = all fp32 (the rule before "
+                         "session 44), tf32 = tf32 everywhere (default: each file's WORKBENCH_PRECISION, else torch)")
     kb.add_argument("--size-caps", default=None, metavar="CAPS",
                     help="CPU device: the caps the automatic small sizes try, small to large (default 8,16,32,64; "
                          "e.g. 16,32,64 checks every file at other shapes)")

@@ -548,11 +548,14 @@ def check_side_effects(src: Source) -> list[dict]:
 HALF_NAMES = ("torch.float16", "torch.half", "torch.bfloat16", "triton.language.float16", "triton.language.bfloat16")
 
 
-def check_precision(src: Source, fp32_strict: bool = True) -> list[dict]:
-    """Warnings only (the numeric check decides); applies to a strict fp32 problem."""
-    if not fp32_strict:
+def check_precision(src: Source, fp32_strict: bool = True, tf32_convs: bool = False) -> list[dict]:
+    """Warnings only (the numeric check decides); applies to a strict fp32 problem, and to one whose reference runs
+    cuDNN's convolutions in tf32 (`tf32_convs`: tf32 is the reference's own math there, a downgrade for its matmuls)."""
+    if not (fp32_strict or tf32_convs):
         return []
     reason = "possible precision downgrade in an fp32 problem: correctness will judge"
+    tf32_reason = (f"{reason} at tf32 bounds (tf32 requested: the reference's convolutions run tf32, its matmuls "
+                   "fp32)") if tf32_convs else f"{reason} (tf32 requested)"
     flags = [_flag("precision", WARNING, n, f"{reason} ({d})") for n, d in src.names
              if _matches(d, HALF_NAMES) or re.match(r"(torch|triton\.language)\.float8", d)]
     for call, d in src.calls:
@@ -562,7 +565,7 @@ def check_precision(src: Source, fp32_strict: bool = True) -> list[dict]:
         prec, tf32 = kw.get("input_precision"), kw.get("allow_tf32")
         if isinstance(prec, ast.Constant) and str(prec.value).lower().startswith("tf32") \
                 or isinstance(tf32, ast.Constant) and tf32.value is True:
-            flags.append(_flag("precision", WARNING, call, f"{reason} (tf32 requested)"))
+            flags.append(_flag("precision", WARNING, call, tf32_reason))
         elif d == "triton.language.dot" and prec is None and tf32 is None:
             flags.append(_flag("tf32_dot", WARNING, call, "tl.dot on fp32 inputs defaults to tf32: pass "
                                                           "input_precision=\"ieee\" for fp32 accuracy"))
@@ -618,7 +621,8 @@ def _check_static(source: str, problem_source: str | None, precision: str) -> St
                            flags=[_flag("syntax", ERROR, e, reason)], data={"parsed": False})
     fp32 = is_strict_fp32(problem_source, precision)
     flags, seen = [], set()
-    for f in sorted([f for check in CHECKS for f in check(src)] + check_precision(src, fp32),
+    tf32_convs = precision == "cudnn_tf32" and is_strict_fp32(problem_source, "strict")
+    for f in sorted([f for check in CHECKS for f in check(src)] + check_precision(src, fp32, tf32_convs),
                     key=lambda f: (f["line"], f["check"])):
         if (f["check"], f["line"]) not in seen:  # one flag per check and line
             seen.add((f["check"], f["line"]))

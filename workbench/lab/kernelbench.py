@@ -80,6 +80,9 @@ class FileResult:
     # a graph-launched candidate is also timed against torch.compile's own CUDA graphs (mode "reduce-overhead"), in
     # the same run: KernelBench's baseline is the default mode, which launches kernel by kernel as eager does
     speedup_vs_reduce_overhead: float | None = None
+    # the precision the file was judged under (`Problem.effective_precision`; "" in rows from before it was recorded,
+    # when every file was judged "strict")
+    precision: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -213,17 +216,18 @@ class SkipCompile:
 
 def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: dict[str, str] | None = None,
                    skip_compile: bool = False, timeout_s: float | None = None,
-                   size_caps: tuple[int, ...] | None = None) -> FileResult:
+                   size_caps: tuple[int, ...] | None = None, precision: str | None = None) -> FileResult:
     """CPU mode: small sizes (`shrink`, with `size_caps` for its caps), the proposer's default candidate, the ladder
-    to correctness (interpreter)."""
+    to correctness (interpreter). `precision`: the caller's (None: the file's, else PyTorch's defaults)."""
     t0 = time.monotonic()
 
     def prepare():
         chosen = file_overrides(path, overrides or {})
         if chosen:  # the caller chose the sizes
-            problem = Problem.load(str(path), chosen)
+            problem = Problem.load(str(path), chosen, precision=precision)
             return problem, OfflineProposer(problem), "set: " + ", ".join(f"{k}={v}" for k, v in chosen.items())
-        sizes, problem, proposer = shrink(path, caps=tuple(size_caps)) if size_caps else shrink(path)
+        caps = {"caps": tuple(size_caps)} if size_caps else {}
+        sizes, problem, proposer = shrink(path, precision=precision, **caps)
         return problem, proposer, sizes.describe()
 
     try:
@@ -231,7 +235,8 @@ def check_file_cpu(path: Path, device, store=None, seeds: int = 2, overrides: di
         problem, proposer, sizes = _with_alarm(timeout_s, prepare)
         choice = proposer.default_choice()
         cand = proposer.render(choice)
-        row = FileResult(relative_name(path), level_of(path), "ok", sizes=sizes, device=device.name)
+        row = FileResult(relative_name(path), level_of(path), "ok", sizes=sizes, device=device.name,
+                         precision=problem.effective_precision)
         _describe_candidate(row, proposer, cand, choice)
         ladder = Ladder(SkipCompile(device) if skip_compile else device, store=store, seeds=seeds)
         ev = ladder.evaluate(problem, cand, up_to="correctness")
@@ -255,20 +260,21 @@ def search_id(problem_key: str, strategy: str, budget_gpu_s: float, seed: int, d
 
 
 def search_file(path: Path, device, store, budget_gpu_s: float, strategy: str = "greedy",
-                overrides: dict[str, str] | None = None, seed: int = 0, per_step: int = 4) -> FileResult:
+                overrides: dict[str, str] | None = None, seed: int = 0, per_step: int = 4,
+                precision: str | None = None) -> FileResult:
     """GPU mode: a search under the budget, then its best candidate through full timing (eager and torch.compile
     measured in the same run), on the search's own ladder (so the store answers what it already measured)."""
     t0 = time.monotonic()
     try:
         overrides = file_overrides(path, overrides or {})
-        problem = Problem.load(str(path), overrides)
+        problem = Problem.load(str(path), overrides, precision=precision)
         search = make_search(problem, device, strategy=strategy, budget=Budget(budget_gpu_s), store=store,
                              seed=seed, per_step=per_step,
                              search_id=search_id(problem.key, strategy, budget_gpu_s, seed, device.name))
         search.run()
+        sizes = "own sizes" if not overrides else "set: " + ", ".join(f"{k}={v}" for k, v in overrides.items())
         row = FileResult(relative_name(path), level_of(path), "ok", device=device.name,
-                         sizes="own sizes" if not overrides else "set: " + ", ".join(
-                             f"{k}={v}" for k, v in overrides.items()))
+                         precision=problem.effective_precision, sizes=sizes)
         best = search.best
         if best is None:  # nothing measured: report the root (the proposer's default point) and why
             choice = search.proposer.default_choice()
@@ -336,13 +342,13 @@ _POOL_DEVICE = None
 
 def _pool_check(path: str, seeds: int, overrides: dict[str, str], skip_compile: bool,
                 timeout_s: float | None, timeouts: dict[str, float],
-                size_caps: tuple[int, ...] | None = None) -> dict[str, Any]:
+                size_caps: tuple[int, ...] | None = None, precision: str | None = None) -> dict[str, Any]:
     """One file in a pool process, on that process's own CPU device (kept for the process's next files)."""
     global _POOL_DEVICE
     if _POOL_DEVICE is None:
         _POOL_DEVICE = LocalDevice("cpu", timeouts={**CPU_TIMEOUTS, **timeouts})
     return check_file_cpu(Path(path), _POOL_DEVICE, seeds=seeds, overrides=overrides, skip_compile=skip_compile,
-                          timeout_s=timeout_s, size_caps=size_caps).to_dict()
+                          timeout_s=timeout_s, size_caps=size_caps, precision=precision).to_dict()
 
 
 # ---- the run ----
@@ -358,6 +364,7 @@ class RunConfig:
     skip_compile: bool = False  # CPU mode
     timeouts: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU mode: stage -> s, over CPU_TIMEOUTS
     size_caps: tuple[int, ...] | None = None  # CPU mode: the caps the small sizes try (None: kernelbench_sizes.CAPS)
+    precision: str | None = None  # the problems' precision (None: each file's WORKBENCH_PRECISION, else "torch")
 
 
 def load_done(out: Path) -> dict[str, FileResult]:
@@ -385,6 +392,18 @@ def _same_device(row: FileResult, here: str) -> bool:
     return row.device == here or (not row.device and row.status == "bad input")
 
 
+def _same_precision(row: FileResult, path: Path, precision: str | None) -> bool:
+    """Whether a stored row was judged under the precision this run judges the file under (a row from before rows
+    recorded it was judged "strict"; a file that no longer loads keeps its row: it is redone only for a reason)."""
+    if row.status != "ok":
+        return True
+    try:
+        now = Problem.load(str(path), precision=precision).effective_precision
+    except Exception:  # noqa: BLE001 - the row stands; the file's own failure is for its next run to report
+        return True
+    return (row.precision or "strict") == now
+
+
 def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=None,
               progress: Callable[[int, int, FileResult, bool], None] | None = None) -> list[FileResult]:
     """Every file's row, in `files` order; rows already under `out/files` are reused (resume). `device`: an open
@@ -401,6 +420,10 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
             print(f"kernelbench: {prior.file} redone: its row was measured on {prior.device or 'an unnamed device'}, "
                   f"this run is on {here}", file=sys.stderr)
             prior = None  # a row measured on another card is not this card's number
+        if prior is not None and not _same_precision(prior, f, cfg.precision):
+            print(f"kernelbench: {prior.file} redone: its row was judged under {prior.precision or 'strict'} "
+                  "precision, this run judges it otherwise", file=sys.stderr)
+            prior = None
         if prior is not None:
             rows[prior.file] = prior
             if progress:
@@ -410,7 +433,7 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
     if cfg.device == "cpu" and cfg.jobs > 1 and len(todo) > 1:
         with ProcessPoolExecutor(cfg.jobs, mp_context=mp.get_context("spawn")) as ex:
             futs = {ex.submit(_pool_check, str(f), cfg.seeds, cfg.overrides, cfg.skip_compile, cfg.timeout_s,
-                              cfg.timeouts, cfg.size_caps): f for f in todo}
+                              cfg.timeouts, cfg.size_caps, cfg.precision): f for f in todo}
             for fut in as_completed(futs):
                 f = futs[fut]
                 try:
@@ -431,9 +454,10 @@ def run_files(files: list[Path], out: Path, cfg: RunConfig, store=None, device=N
                 if device.kind == "cpu":
                     row = check_file_cpu(f, device, store=store, seeds=cfg.seeds, overrides=cfg.overrides,
                                          skip_compile=cfg.skip_compile, timeout_s=cfg.timeout_s,
-                                         size_caps=cfg.size_caps)
+                                         size_caps=cfg.size_caps, precision=cfg.precision)
                 else:
-                    row = search_file(f, device, store, cfg.budget_gpu_s, cfg.strategy, cfg.overrides)
+                    row = search_file(f, device, store, cfg.budget_gpu_s, cfg.strategy, cfg.overrides,
+                                      precision=cfg.precision)
                 row.device = row.device or here
                 _write_row(out, f, row)
                 rows[row.file] = row

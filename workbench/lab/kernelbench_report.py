@@ -95,8 +95,11 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {level} | {m['files']} | {_fmt(m['correct_rate'], True)} | "
                      f"{_fmt(m['correct_generated_rate'], True)} | " + " | ".join(fast) +
                      f" | {_fmt(m['geomean_vs_eager'])} | {_fmt(m['geomean_vs_compile'])} |")
+    judged = sorted({r.get("precision") or "strict" for r in report["files"] if r.get("status") == "ok"})
     lines += ["", "Geo-means count a file with no correct timed candidate as 1.0x; fast_p counts files correct and "
-              "faster than p times the baseline.", "",
+              "faster than p times the baseline. Precision (eager and torch.compile run under it too): "
+              f"{', '.join(judged) or '-'} (cudnn_tf32: PyTorch's defaults for a reference that calls cuDNN, its "
+              "convolutions tf32 and its matmuls fp32; strict: all fp32).", "",
               "| level | file | correct | kernel | families | FLOP cov | byte cov | vs eager | vs compile | "
               "why it fell short |", "|---" * 10 + "|"]
     for r in report["files"]:

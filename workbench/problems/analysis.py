@@ -97,7 +97,9 @@ def count(problem: Problem) -> ProblemCounts:
     float_dtypes = [t.dtype for t in in_tensors + state if t.is_floating_point()]
     dominant = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else torch.float32
     compute = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dominant, "fp32")
-    if compute == "fp32" and problem.effective_precision == "tf32":
+    # a reference with tf32 anywhere (cuDNN's convolutions) gets the tf32 rate for all its FLOPs: a looser floor, but
+    # still a lower bound
+    if compute == "fp32" and problem.effective_precision in ("tf32", "cudnn_tf32"):
         compute = "tf32"
     return ProblemCounts(
         flops=int(fc.get_total_flops()), min_bytes=int(min_bytes), eager_bytes=int(tc.bytes),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import re
 import types
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,16 +23,35 @@ def _key(name: str, source: str, precision: str) -> str:
     return f"{name}@{source_hash(ast.unparse(parse(source)) + '|' + precision)}"
 
 
-# Precisions a problem runs under. "strict": fp32 results must be fp32-accurate; "tf32": the problem accepts tf32 matrix
-# units for fp32 matmul/conv (a problem file opts in with WORKBENCH_PRECISION = "tf32", or the caller passes it).
-PRECISIONS = ("strict", "tf32")
+# Precisions a problem can ask for. "torch" (the default): what PyTorch computes under its own defaults -- fp32
+# matmuls in full fp32, fp32 convolutions and recurrent layers (cuDNN) in tf32 -- so it resolves to "cudnn_tf32" for a
+# reference that calls cuDNN and to "strict" for one that does not; "strict": every fp32 result fp32-accurate (cuDNN's
+# tf32 off as well); "tf32": tf32 matrix units accepted everywhere. A file declares one with WORKBENCH_PRECISION, or
+# the caller passes it.
+PRECISIONS = ("torch", "strict", "tf32")
+# What a problem runs under once resolved (`Problem.effective_precision`).
+EFFECTIVE_PRECISIONS = ("strict", "tf32", "cudnn_tf32")
+# Layers PyTorch runs through cuDNN, whose fp32 math is tf32 by default (`torch.backends.cudnn.allow_tf32`): named as
+# modules (nn.Conv2d, nn.LSTM) or functions (F.conv2d, torch.conv_transpose1d). The cells (nn.LSTMCell) are cuBLAS.
+CUDNN_NAMES = re.compile(r"(Lazy)?Conv(Transpose)?[123]d|conv(_transpose)?[123]d|LSTM|GRU|RNN|lstm|gru|rnn_(tanh|relu)")
+
+
+@functools.lru_cache(maxsize=1024)
+def calls_cudnn(source: str) -> bool:
+    """Whether a reference's source names a layer or function that PyTorch runs through cuDNN (comments and strings
+    do not count: names and attributes of the syntax tree only)."""
+    for node in ast.walk(parse(source)):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name is not None and CUDNN_NAMES.fullmatch(name):
+            return True
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
     path: str
     overrides: tuple[tuple[str, str], ...] = ()
-    precision: str | None = None  # None: the file's WORKBENCH_PRECISION, else "strict"
+    precision: str | None = None  # None: the file's WORKBENCH_PRECISION, else "torch"
 
     @classmethod
     def load(cls, name_or_path: str | Path, overrides: Mapping[str, Any] | list[str] | None = None,
@@ -82,13 +102,16 @@ class Problem:
 
     @property
     def effective_precision(self) -> str:
-        """The precision the problem runs under: the caller's, else the file's WORKBENCH_PRECISION, else "strict"."""
-        if self.precision:
-            return self.precision
-        declared = getattr(self.module, "WORKBENCH_PRECISION", "strict")
-        if declared not in PRECISIONS:
-            raise ProblemError(f"{self.path}: WORKBENCH_PRECISION must be one of {PRECISIONS}, got '{declared}'")
-        return declared
+        """The precision the problem runs under (one of EFFECTIVE_PRECISIONS): the caller's, else the file's
+        WORKBENCH_PRECISION, else "torch" -- which is "cudnn_tf32" where the reference calls cuDNN, else "strict"."""
+        asked = self.precision
+        if not asked:
+            asked = getattr(self.module, "WORKBENCH_PRECISION", "torch")
+            if asked not in PRECISIONS:
+                raise ProblemError(f"{self.path}: WORKBENCH_PRECISION must be one of {PRECISIONS}, got '{asked}'")
+        if asked == "torch":
+            return "cudnn_tf32" if calls_cudnn(self.source) else "strict"
+        return asked
 
     def init_inputs(self) -> list[Any]:
         return call_factory(self.module, "get_init_inputs", self.path)

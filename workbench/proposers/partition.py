@@ -85,7 +85,8 @@ def _last_dim(dims: Any, rank: int) -> bool:
 
 class Partitioner:
     def __init__(self, captured: Captured, precision: str):
-        self.precision = precision  # the problem's: "tf32" lets fp32 GEMMs use plain tf32
+        # the problem's effective precision: "tf32" lets fp32 GEMMs use plain tf32, "cudnn_tf32" only convolutions
+        self.precision = precision
         self.nodes = [n for n in captured.gm.graph.nodes]
         self.position = {n: i for i, n in enumerate(self.nodes)}
 

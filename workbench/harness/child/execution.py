@@ -47,10 +47,10 @@ class ModelPair:
 
 
 def set_precision(precision: str) -> None:
-    """The reference runs in true fp32 unless the problem accepts tf32 (cuDNN's default is tf32 for convolutions)."""
-    allow = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
+    """The math the reference runs: true fp32 for "strict"; tf32 everywhere for "tf32"; for "cudnn_tf32" PyTorch's
+    defaults, fp32 matmuls strict and cuDNN's convolutions and recurrences tf32."""
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision in ("tf32", "cudnn_tf32")
 
 
 # The candidate's construction may take this many times the reference's (and at least the "construct" seconds).
@@ -210,8 +210,10 @@ def nbytes(t: torch.Tensor) -> int:
 
 
 def widenable(ref_out: Any, precision: str) -> bool:
-    """Whether the reference may carry rounding error of its own: bf16/fp16 outputs, or a problem that accepts tf32."""
-    return precision == "tf32" or any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors(ref_out))
+    """Whether the reference may carry rounding error of its own: bf16/fp16 outputs, or a problem whose reference runs
+    tf32 math (all of it, or cuDNN's)."""
+    return precision in ("tf32", "cudnn_tf32") or any(t.dtype in (torch.bfloat16, torch.float16)
+                                                      for t in tensors(ref_out))
 
 
 # An fp32 reference rounds too, and where an output is the cancellation of much larger intermediates (the mean of a

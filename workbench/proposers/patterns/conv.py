@@ -102,7 +102,8 @@ def conv_group(ctx: Context, node: Node) -> Group | None:
             expr = chain.replace("__ACC__", expr)
             nodes += members
             result, fused = root, True
-    precision = "tf32x3" if (vx.dtype == torch.float32 and ctx.part.precision != "tf32") else "tf32"
+    # tf32 where the reference's own convolution is (cuDNN's under PyTorch's defaults), else fp32-accurate tf32x3
+    precision = "tf32x3" if (vx.dtype == torch.float32 and ctx.part.precision == "strict") else "tf32"
     spec = conv.ConvSpec(DTYPE[vx.dtype], DTYPE[val(result).dtype], rank, c_in, c_out,
                          (1,) * (3 - rank) + tuple(vw.shape[2:]),
                          stride, padding, dilation, groups, precision,
