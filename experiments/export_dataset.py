@@ -192,12 +192,12 @@ def check_identities(cands) -> tuple[list[bool], list[str | None], int]:
     for name, pk, h, cj, recorded in zip(cands["problem"], cands["problem_key"], cands["candidate"],
                                          cands["choice_json"], cands["identity"]):
         recorded = recorded if isinstance(recorded, str) and recorded else None
-        if name not in proposers:
-            proposers[name] = OfflineProposer(load_problem(name, sources.get(pk), pk))
+        if pk not in proposers:  # per key: one file's rows may come from two precisions
+            proposers[pk] = OfflineProposer(load_problem(name, sources.get(pk), pk))
         try:
             choice = Choice.from_dict(json.loads(cj))
-            current = proposers[name].identity(choice)
-            source_hash = proposers[name].render(choice).hash
+            current = proposers[pk].identity(choice)
+            source_hash = proposers[pk].render(choice).hash
         except Exception:  # the choice no longer fits the problem's space: nothing renders it
             ok.append(False)
             keys.append(recorded)
