@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from workbench import HARNESS_VERSION  # noqa: E402
 from workbench.devices.local import LocalDevice  # noqa: E402
 from workbench.harness.ladder import Ladder  # noqa: E402
 from workbench.problems import Problem, builtin_names  # noqa: E402
@@ -54,9 +55,24 @@ def iter_rows(out: Path):
                 continue
 
 
+# A failure the machine may have caused, not the candidate (the harness's own memory once held four copies of a
+# 16 GiB input and ran the card out of memory: 45_Average_Pooling_2D under HARNESS_VERSION 9)
+MACHINE_FAULT = re.compile(r"out of memory|OutOfMemoryError|worker (died|crashed|could not start)|lost worker", re.I)
+
+
+def superseded(r: dict) -> bool:
+    """A failed row that a newer harness should measure again: its failing stage reads as the machine's fault and it
+    was judged under another HARNESS_VERSION (under the current one it stands: the same rules, the same verdict)."""
+    ev = r.get("evaluation") or {}
+    if ev.get("ok", True) or str((ev.get("provenance") or {}).get("harness_version")) == HARNESS_VERSION:
+        return False
+    failed = [st for st in ev.get("stages") or [] if not st.get("ok", True)]
+    return bool(failed) and bool(MACHINE_FAULT.search(str(failed[-1].get("reason", ""))))
+
+
 def done_keys(out: Path) -> set[tuple[str, str, str]]:
-    """(problem key, candidate hash, kind) of every row already collected."""
-    return {(r["problem_key"], r["candidate"], r["kind"]) for r in iter_rows(out)}
+    """(problem key, candidate hash, kind) of every row already collected (`superseded` rows excepted)."""
+    return {(r["problem_key"], r["candidate"], r["kind"]) for r in iter_rows(out) if not superseded(r)}
 
 
 def prepare(name: str, per_problem: int, seed: int):

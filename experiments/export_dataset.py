@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from collect_dataset import iter_rows  # noqa: E402
+from collect_dataset import iter_rows, superseded  # noqa: E402
 
 from workbench.core import ceilings  # noqa: E402
 from workbench.problems import PRECISIONS, Problem  # noqa: E402
@@ -74,12 +74,14 @@ def dataset_gpu(rows: list[dict]) -> str:
 
 
 def read_rows(raw: Path) -> list[dict]:
-    rows, seen = [], set()
+    rows, seen = [], {}
     for r in iter_rows(raw):
         key = (r["kind"], r["problem_key"], r["candidate"])
-        if key in seen:  # a slice re-measured what an earlier one had: keep the first
+        if key in seen:  # a slice re-measured what an earlier one had: keep the first, unless a newer harness
+            if superseded(rows[seen[key]]):  # re-measured a failure that was the machine's
+                rows[seen[key]] = r
             continue
-        seen.add(key)
+        seen[key] = len(rows)
         rows.append(r)
     return rows
 

@@ -126,3 +126,29 @@ def test_the_shipped_kernelbench_rows_still_render_their_measured_kernels(monkey
     ok, keys, _ = export_dataset.check_identities(one)
     assert all(ok), [p for p, k in zip(one["problem"], ok) if not k]
     assert keys == list(one["identity"])
+
+
+def _failed_row(reason: str, harness: str, ok: bool = False) -> dict:
+    stages = [{"name": "static", "ok": True, "reason": "no issues"},
+              {"name": "correctness", "ok": ok, "reason": reason}]
+    return {"kind": "candidate", "problem": "p", "problem_key": "p@1", "candidate": "c",
+            "evaluation": {"ok": ok, "stages": stages, "provenance": {"harness_version": harness}}}
+
+
+def test_a_machine_fault_under_an_older_harness_is_measured_again_and_the_new_row_wins(tmp_path):
+    from workbench import HARNESS_VERSION
+
+    oom = "raised OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB."
+    old = _failed_row(oom, "9")
+    assert collect_dataset.superseded(old)
+    assert not collect_dataset.superseded(_failed_row(oom, HARNESS_VERSION))  # same rules, same verdict: it stands
+    assert not collect_dataset.superseded(_failed_row("output mismatch: relative error 0.3 > 0.0001", "9"))
+    assert not collect_dataset.superseded({"kind": "noise", "problem_key": "p@1", "candidate": "noise"})
+    redo = _failed_row("", HARNESS_VERSION, ok=True)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "rows-gpu0.jsonl").write_text(json.dumps(old) + "\n")
+    assert collect_dataset.done_keys(raw) == set()  # so the collection measures it again
+    (raw / "rows-gpu0.jsonl").write_text(json.dumps(old) + "\n" + json.dumps(redo) + "\n")
+    assert collect_dataset.done_keys(raw) == {("p@1", "c", "candidate")}
+    assert [r["evaluation"]["ok"] for r in export_dataset.read_rows(raw)] == [True]
