@@ -75,8 +75,8 @@ def done_keys(out: Path) -> set[tuple[str, str, str]]:
     return {(r["problem_key"], r["candidate"], r["kind"]) for r in iter_rows(out) if not superseded(r)}
 
 
-def prepare(name: str, per_problem: int, seed: int):
-    problem = Problem.load(name)
+def prepare(name: str, per_problem: int, seed: int, precision: str | None = None):
+    problem = Problem.load(name, precision=precision)
     proposer = OfflineProposer(problem)
     return problem, proposer.propose(per_problem, seed=seed), proposer.space_size()
 
@@ -117,7 +117,7 @@ def gpu_main(gpu: int, names: "mp.Queue", args: dict, done: set, t_start: float)
             except queue.Empty:
                 return None
             try:
-                problem, cands, size = prepare(name, args["per_problem"], args["seed"])
+                problem, cands, size = prepare(name, args["per_problem"], args["seed"], args.get("precision"))
             except Exception as e:
                 write({"kind": "problem_error", "problem": Path(name).stem, "problem_key": name, "candidate": "",
                        "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]})
@@ -207,6 +207,8 @@ def main() -> None:
     ap.add_argument("--full-best", type=int, default=1, help="full-time the best candidate per problem (0: no)")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per correctness or quick-timing run")
     ap.add_argument("--deadline-s", type=float, default=540.0)
+    ap.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+                    help="the problems' precision (default: each file's WORKBENCH_PRECISION, else torch)")
     ap.add_argument("--out", default=str(ROOT / "results" / "dataset" / "raw"))
     args = ap.parse_args()
     out = Path(args.out)
