@@ -165,6 +165,24 @@ def test_proposer_request_shape(problem, tmp_path):
     assert "DRAM at 91%" in user and "3 attempts" in user
 
 
+def test_the_prompt_states_the_precision_the_harness_judges(problem, tmp_path):
+    from workbench.llm.proposer import precision_text
+
+    client = make_client()
+    strict = LLMProposer(problem, client).stable_prompt()
+    assert "## Precision\nstrict fp32" in strict and 'input_precision="tf32x3"' in strict
+    conv = tmp_path / "conv_relu.py"
+    conv.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n        self.conv = nn.Conv2d(4, 8, 3)\n\n    def forward(self, x):\n"
+                    "        return torch.relu(self.conv(x))\n\ndef get_inputs():\n"
+                    "    return [torch.randn(2, 4, 8, 8)]\n\ndef get_init_inputs():\n    return []\n")
+    conv_problem = Problem.load(conv)
+    assert conv_problem.effective_precision == "cudnn_tf32"
+    text = LLMProposer(conv_problem, client).stable_prompt()
+    assert "cuDNN in tf32, its matmuls in full fp32" in text and "## Precision\nPyTorch's defaults" in text
+    assert precision_text(Problem.load(conv, precision="tf32")).startswith("tf32 accepted")
+
+
 def test_proposer_malformed_and_truncated(problem):
     client = make_client("proposer_malformed", "proposer_truncated", "proposer_bad_python")
     proposer = LLMProposer(problem, client)

@@ -1,11 +1,12 @@
 """`LLMProposer`: candidates written by Claude from the problem, a parent, its measurements, findings and memory.
 
 The prompt has two parts. The stable part, sent as the cached system block, is the instructions (the KernelBench
-`ModelNew` convention and the harness's rules), the problem's effective source and the two most relevant kernel
-families (`retrieval.py`); it is identical for every call on a problem, so calls after the first read it from the
-prompt cache. The user turn carries what changes: the parent candidate with its measurements, the profiler's findings
-(`workbench.profiling.findings.render`), the search memory (`SearchMemory.render()`), up to two past winners from the
-store, and the request for one module plus a "Rationale:" line.
+`ModelNew` convention and the harness's rules), the problem's effective source, its precision (what the harness's
+bounds allow) and the two most relevant kernel families (`retrieval.py`); it is identical for every call on a
+problem, so calls after the first read it from the prompt cache. The user turn carries what changes: the parent
+candidate with its measurements, the profiler's findings (`workbench.profiling.findings.render`), the search memory
+(`SearchMemory.render()`), up to two past winners from the store, and the request for one module plus a "Rationale:"
+line.
 
 A reply that cannot be read gives a `Proposal` with `candidate=None`, the reason and the raw reply kept.
 """
@@ -46,6 +47,27 @@ Reply with exactly one line starting "Rationale:" (what you changed and why it s
 the complete module in one ```python block. No other code blocks."""
 
 
+# What the harness's bounds allow, per the problem's effective precision (`Problem.effective_precision`): a model that
+# is not told writes plain-tf32 dots in a strict problem (rejected) or fp32 FMA loops where tf32 would pass.
+PRECISION_TEXT = {
+    "strict": "strict fp32: the reference runs every fp32 matmul and convolution in full fp32 (tf32 off) and fp32 "
+              "outputs must match within a relative error of 1e-4. Pass input_precision=\"tf32x3\" (or \"ieee\") "
+              "to tl.dot on fp32 operands, never plain tf32 or a cast to 16-bit types.",
+    "cudnn_tf32": "PyTorch's defaults: the reference's convolutions (and recurrent layers) run on cuDNN in tf32, its "
+                  "matmuls in full fp32, and fp32 outputs are judged at tf32 bounds (relative error 2e-3). A "
+                  "convolution may use tl.dot with input_precision=\"tf32\"; keep matmuls fp32-accurate "
+                  "(input_precision=\"tf32x3\" or \"ieee\"); no casts to 16-bit types.",
+    "tf32": "tf32 accepted: fp32 matmuls and convolutions may use tl.dot with input_precision=\"tf32\"; fp32 outputs "
+            "are judged at tf32 bounds (relative error 2e-3).",
+}
+
+
+def precision_text(problem: Any) -> str:
+    """The prompt's line on precision (16-bit problems are judged per dtype, at 1e-2)."""
+    return PRECISION_TEXT.get(getattr(problem, "effective_precision", "strict"), PRECISION_TEXT["strict"]) + \
+        " bf16/fp16 outputs are judged at a relative error of 1e-2."
+
+
 @dataclasses.dataclass(frozen=True)
 class Proposal:
     candidate: Candidate | None
@@ -82,7 +104,7 @@ class LLMProposer:
     def stable_prompt(self) -> str:
         fams = "\n".join(f.text() for f in self.families)
         return (f"{INSTRUCTIONS}\n\n## Reference problem `{self.problem.name}`\n```python\n"
-                f"{self.problem.source.strip()}\n```\n\n"
+                f"{self.problem.source.strip()}\n```\n\n## Precision\n{precision_text(self.problem)}\n\n"
                 f"## Kernel families of this workbench that fit this problem\n{fams}")
 
     def user_prompt(self, parent_source: str | None = None, measurements: Any = None, findings_text: str = "",
