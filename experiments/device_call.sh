@@ -5,7 +5,8 @@
 #   other cards: what does not need the H200 -- the GPU tests, the suite's conv_net against torch.compile, and the
 #         dataset's KernelBench slice for that card (collect_dataset.py resumed from .kbstate/raw-<card>/).
 # Knobs: TESTS=1 (tests/test_gpu.py; beside the benchmark on the H200, alone first elsewhere), CONV_NET=1 (non-H200),
-#   KB_S / COLLECT_S seconds for the benchmark / the collection. Everything that must come back is under $OUT.
+#   KB_S / COLLECT_S seconds for the benchmark / the collection, PRECISION_AB seconds per precision (non-H200).
+# Everything that must come back is under $OUT.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 WORKBENCH_HOME=/tmp/wbhome
 mkdir -p "$OUT"
@@ -33,6 +34,17 @@ if [ "${CONV_NET:-0}" = 1 ]; then
   timeout "${CONV_NET_S:-240}" python3 experiments/bench_suite.py conv_net --candidates 12 --gpu-minutes 1 \
     --compile-modes default --out "$OUT/suite" > "$OUT/suite.log" 2>&1
   python3 experiments/bench_suite.py --out "$OUT/suite" --table-only | tail -5
+fi
+# PRECISION_AB=S: the same conv files collected under "torch" (cudnn_tf32: cuDNN's tf32 on, tf32 conv kernels) and
+# "strict" in one call, S seconds each: the GPU check of HARNESS_VERSION 11 and the ratios under both rules
+if [ "${PRECISION_AB:-0}" -gt 0 ]; then
+  ab=".kbc/level1/50_conv_standard_2D__square_input__square_kernel.py .kbc/level2/4_Conv2d_Mish_Mish.py"
+  ab="$ab .kbc/level1/67_conv_standard_1D.py .kbc/level2/31_Conv2d_Min_Add_Multiply.py"
+  for p in torch strict; do
+    timeout $((PRECISION_AB + 60)) python3 experiments/collect_dataset.py $ab --per-problem 8 --precision $p \
+      --deadline-s "$PRECISION_AB" --out "$OUT/precision-$p-$slug" > "$OUT/precision-$p.log" 2>&1
+    tail -4 "$OUT/precision-$p.log"
+  done
 fi
 if [ "${COLLECT_S:-0}" -gt 0 ]; then
   raw="$OUT/raw-$slug"
