@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from workbench import HARNESS_VERSION  # noqa: E402
 from workbench.devices.local import LocalDevice  # noqa: E402
 from workbench.harness.ladder import Ladder  # noqa: E402
-from workbench.problems import Problem, builtin_names  # noqa: E402
+from workbench.problems import PRECISIONS, Problem, builtin_names  # noqa: E402
 from workbench.proposers.offline import OfflineProposer  # noqa: E402
 
 
@@ -207,7 +207,7 @@ def main() -> None:
     ap.add_argument("--full-best", type=int, default=1, help="full-time the best candidate per problem (0: no)")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per correctness or quick-timing run")
     ap.add_argument("--deadline-s", type=float, default=540.0)
-    ap.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+    ap.add_argument("--precision", choices=PRECISIONS, default=None,
                     help="the problems' precision (default: each file's WORKBENCH_PRECISION, else torch)")
     ap.add_argument("--out", default=str(ROOT / "results" / "dataset" / "raw"))
     args = ap.parse_args()

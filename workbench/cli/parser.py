@@ -9,6 +9,7 @@ import math
 from ..core.records import STAGES
 from ..devices.local import DEFAULT_TIMEOUTS
 from ..devices.resolve import AUTO, LOCAL
+from ..problems.problem import PRECISIONS
 
 # a confidence threshold above any probability: no forecast counts as confident, so the screened slots go to the
 # most promising forecasts (used where no held-out risk-coverage curve gives a --tau)
@@ -75,7 +76,7 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a module-level size constant with a literal or constant arithmetic (64, 2**20, "
                         "[64,64], torch.float16; never a call or a name); repeatable")
-    p.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="fp32 accuracy rule: torch = PyTorch's defaults (fp32 matmuls strict, cuDNN's convolutions "
                         "tf32), strict = all fp32, tf32 = tf32 everywhere (default: the file's WORKBENCH_PRECISION, "
                         "else torch)")
@@ -294,7 +295,7 @@ def _register_kernelbench(sub) -> None:
     kb.add_argument("--jobs", type=positive_int, default=1, help="CPU device: files checked at once (one process each)")
     kb.add_argument("--skip-compile", action="store_true",
                     help="CPU device: skip the sm_90 compile stage (correctness on the interpreter only)")
-    kb.add_argument("--precision", choices=["torch", "strict", "tf32"], default=None,
+    kb.add_argument("--precision", choices=PRECISIONS, default=None,
                     help="fp32 accuracy rule for every file: torch = PyTorch's defaults, as KernelBench runs them "
                          "(fp32 matmuls strict, cuDNN's convolutions tf32), strict = all fp32 (the rule before "
                          "session 44), tf32 = tf32 everywhere (default: each file's WORKBENCH_PRECISION, else torch)")
