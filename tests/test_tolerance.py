@@ -307,6 +307,33 @@ def test_reference_rounding_is_the_low_precision_references_own_error():
     assert reference_rounding(models, [x], x * 2) is None  # no fp32 re-run possible: no widening
 
 
+@pytest.mark.parametrize("precision", ["tf32", "cudnn_tf32"])
+def test_a_tf32_reference_also_gets_the_fp32_rounding_floor(precision):
+    """The mean of a normalised tensor is 0 up to rounding: a tf32 problem's bounds widen by its strict re-run's fp32
+    rounding (here, on the CPU, tf32 adds no error of its own), so a correct candidate that sums in another order
+    passes; a wrong one still fails."""
+    import types
+
+    from workbench.harness.child.execution import reference_rounding
+
+    class NormMean(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.group_norm(x, 2).mean(dim=(1, 2, 3))
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 6, 6)
+    models = types.SimpleNamespace(reference=NormMean(), device=torch.device("cpu"),
+                                   problem=types.SimpleNamespace(effective_precision=precision))
+    ref = models.reference(x)
+    slack, rel = reference_rounding(models, [x], ref)
+    assert float(slack[0].min()) > 0 and rel[0] > 0  # the floor, where tf32's own error is 0
+    _, tol = resolve([torch.float32], precision)
+    other_order = torch.nn.functional.group_norm(x.double(), 2).float().mean(dim=(1, 2, 3))  # another summation
+    assert not compare(other_order, ref, tol)[0]  # the cancellation fails without the floor
+    assert compare(other_order, ref, tol, slack[0], rel[0])[0]
+    assert not compare(other_order + 1e-2, ref, tol, slack[0], rel[0])[0]
+
+
 def test_norm_slack_widens_the_relative_error_bound():
     import torch
 

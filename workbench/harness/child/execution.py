@@ -254,8 +254,35 @@ def reference_rounding(pair: ModelPair, inputs: list[Any], ref_out: Any) -> Roun
     and ||reference - re-run|| / ||re-run||. A strict fp32 reference against its float64 re-run: FP32_ROUNDING_FACTOR
     times its largest deviation for every element, and that factor times ||reference - re-run|| / ||reference||; the
     deviation is the larger of the reference's and that of the reference on nudged inputs (`_nudged_run`).
+    A tf32 reference's fp32 outputs get both, the larger per element: tf32's own error, and the fp32 rounding floor of
+    its strict re-run (an output that is the cancellation of larger terms, the mean of a normalised tensor, is rounding
+    whatever the math; without the floor such a file failed wherever tf32 added nothing, as on the CPU).
     None when the re-run is not possible (the model insists on its dtypes, memory) or its outputs do not line up."""
-    fp32 = not widenable(ref_out, pair.problem.effective_precision)
+    precision = pair.problem.effective_precision
+    if not widenable(ref_out, precision):
+        return _rounding(pair, inputs, ref_out, True, precision)
+    own = _rounding(pair, inputs, ref_out, False, precision)
+    if own is None or precision not in ("tf32", "cudnn_tf32"):
+        return own
+    try:
+        set_precision("strict")
+        try:
+            strict_out = run_model(copy.deepcopy(pair.reference), clone(inputs), pair.device)  # its state stays
+            floor = _rounding(pair, inputs, strict_out, True, "strict")
+        finally:
+            set_precision(precision)
+    except Exception:  # tf32's own error alone, then
+        return own
+    if floor is None:
+        return own
+    slacks = [b if a is None else a if b is None else torch.maximum(a, b.to(a.dtype))
+              for a, b in zip(own[0], floor[0])]
+    return slacks, [max(a, b) for a, b in zip(own[1], floor[1])]
+
+
+def _rounding(pair: ModelPair, inputs: list[Any], ref_out: Any, fp32: bool, runs_under: str) -> Rounding | None:
+    """`reference_rounding`'s measure of `ref_out`: against the float64 re-run (`fp32`) or the strict fp32 one; the
+    nudged second sample runs under `runs_under`, the precision `ref_out` was computed in."""
     dtype = torch.float64 if fp32 else torch.float32
     try:
         wide = copy.deepcopy(pair.reference).to(dtype)
@@ -264,7 +291,7 @@ def reference_rounding(pair: ModelPair, inputs: list[Any], ref_out: Any) -> Roun
         try:
             hi = run_model(wide, args, pair.device)
         finally:
-            set_precision(pair.problem.effective_precision)
+            set_precision(runs_under)
     except Exception:
         return None
     try:
