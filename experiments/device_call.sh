@@ -4,7 +4,7 @@
 #         whole table is measured on the card the issues name, with one version of the code;
 #   other cards: what does not need the H200 -- the GPU tests, the suite's conv_net against torch.compile, and the
 #         dataset's KernelBench slice for that card (collect_dataset.py resumed from .kbstate/raw-<card>/).
-# Knobs: TESTS=1 (tests/test_gpu.py; beside the benchmark on the H200, alone first elsewhere), CONV_NET=1 (non-H200),
+# Knobs: TESTS=1 (GPU_TEST_FILES, default tests/test_gpu.py; beside the benchmark on the H200, alone first elsewhere), CONV_NET=1 (non-H200),
 #   KB_S / COLLECT_S seconds for the benchmark / the collection, PRECISION_AB seconds per precision (non-H200).
 # Everything that must come back is under $OUT.
 set -u
@@ -26,7 +26,7 @@ fi
 slug=$(echo "$card" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 if [ "${TESTS:-0}" = 1 ]; then
-  timeout "${GPU_TESTS_S:-230}" python3 -m pytest -m gpu tests/test_gpu.py -q -rA -p no:cacheprovider \
+  timeout "${GPU_TESTS_S:-230}" python3 -m pytest -m gpu ${GPU_TEST_FILES:-tests/test_gpu.py} -q -rA -p no:cacheprovider \
     > "$OUT/gpu_tests.log" 2>&1
   tail -4 "$OUT/gpu_tests.log"
 fi

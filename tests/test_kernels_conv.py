@@ -84,7 +84,7 @@ def test_space_deterministic_and_default_valid(spec):
 def test_every_valid_configuration_renders_and_checks_deterministically():
     spec = make_spec(2, 40, 24, 3, stride=2, pad=1, groups=2, epilogue=ALL_KINDS)
     valid = valid_space(conv, spec)
-    assert len(valid) > 50 and {c["ALGO"] for c in valid} == {"gemm", "gemm_tap", "library"}
+    assert len(valid) > 50 and {c["ALGO"] for c in valid} == {"gemm", "gemm_tap", "gemm_cl", "library"}
     for cfg in valid:
         assert conv.check(spec, cfg) is None and conv.check(spec, dict(cfg)) is None
         r = conv.render(spec, cfg, "cv")
@@ -333,7 +333,7 @@ def test_compiles_for_sm90(tmp_path):
     g = prop.groups({"convolution": True})[0]
     rng = random.Random(0)
     picks = [conv.default(g.spec)] + [rng.choice([c for c in prop.group_space(g) if c["ALGO"] == a])
-                                      for a in ("gemm", "gemm_tap", "direct", "library")]
+                                      for a in ("gemm", "gemm_tap", "gemm_cl", "direct", "library")]
     dev = LocalDevice("cpu")
     try:
         for cfg in picks:
