@@ -101,11 +101,12 @@ def main() -> int:
                 print(f"{name:22s} {algo:9s} {best['ms']:8.3f} ms  torch {torch_ms:8.3f} ms  "
                       f"x{torch_ms / best['ms']:.2f}  {best['config']}", flush=True)
         rows.append(row)
-        del x, ref
+        x = ref = None  # free the layer's tensors before the next one
         if dev == "cuda":
             torch.cuda.empty_cache()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
+    Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                                          "torch": torch.__version__,
                                           "triton": triton.__version__, "rows": rows}, indent=1))
     return 0
 

@@ -104,8 +104,8 @@ class ConvSpec:
 
 
 def space(spec: ConvSpec) -> list[dict[str, Any]]:
-    gemm = grid_space(ALGO=("gemm", "gemm_tap", "gemm_cl"), BM=(32, 64, 128, 256), BN=(16, 32, 64, 128, 256), BK=(16, 32, 64),
-                      GROUP_M=(1, 8), num_warps=(4, 8), num_stages=(2, 3, 4))
+    gemm = grid_space(ALGO=("gemm", "gemm_tap", "gemm_cl"), BM=(32, 64, 128, 256), BN=(16, 32, 64, 128, 256),
+                      BK=(16, 32, 64), GROUP_M=(1, 8), num_warps=(4, 8), num_stages=(2, 3, 4))
     direct = grid_space(ALGO=("direct",), BM=(64, 128, 256, 512), BN=(1, 2, 4, 8, 16, 32), BK=(1,), GROUP_M=(1,),
                         num_warps=(2, 4, 8), num_stages=(1,))
     library = grid_space(ALGO=("library",), BM=(512, 1024, 2048, 4096), BN=(1,), BK=(1,), GROUP_M=(1,),
