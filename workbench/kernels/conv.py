@@ -376,7 +376,7 @@ def _gemm_kernel(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
                                   for a, n, d in zip("dhw", spec.kernel, spec.dilation)), "{}[None, :]")
         amask = [m for m in (inb, None if even else "(k < KTOT)[:, None]") if m]
         wmask = None if even else "(k < KTOT)[:, None]"
-    elif channels_last:
+    else:  # tap-major: channel slabs inside each window tap; gemm_cl reads [BM, BK] tiles of a channels-last copy
         even = spec.cg % bk == 0
         ncb = -(-spec.cg // bk)
         loop = [f"for it in range(0, KVOL * {ncb}):  # window taps x channel slabs",
@@ -386,30 +386,19 @@ def _gemm_kernel(spec: ConvSpec, config: dict[str, Any], name: str) -> str:
                  f"    kh = (tap // {kw_}) % {kh_}" if kh_ > 1 else "    kh = 0",
                  f"    kw = tap % {kw_}" if kw_ > 1 else "    kw = 0"]
         loop += ["    xt = xrow + kd * (DD * s_xd) + kh * (DH * s_xh) + kw * (DW * s_xw)"]
-        if spec.c_in % 4 == 0 and spec.cg % 4 == 0:  # every pixel's channel run starts 16-byte aligned: vector loads
-            loop.append("    xt = tl.multiple_of(xt, 4)")
-        loop.append("    a = x_ptr + xt[:, None] + (c * s_xc)[None, :]  # [BM, BK]: channels fastest (s_xc is 1)")
         inb = _bounds(spec, tuple(f"k{a} * {d}" if n > 1 else None
                                   for a, n, d in zip("dhw", spec.kernel, spec.dilation)))
-        amask = [m for m in (f"({inb})[:, None]" if inb else None, None if even else "(c < CG)[None, :]") if m]
         wmask = None if even else "(c < CG)[:, None]"
-        loop.append("    k = tap * CG + c  # the permuted weight is [C_out, KD, KH, KW, CG]")
-    else:
-        even = spec.cg % bk == 0
-        ncb = -(-spec.cg // bk)
-        loop = [f"for it in range(0, KVOL * {ncb}):  # window taps x channel slabs",
-                f"    tap = it // {ncb}",
-                f"    c = (it % {ncb}) * BK + rk"]
-        loop += [f"    kd = tap // {kh_ * kw_}" if kd_ > 1 else "    kd = 0",
-                 f"    kh = (tap // {kw_}) % {kh_}" if kh_ > 1 else "    kh = 0",
-                 f"    kw = tap % {kw_}" if kw_ > 1 else "    kw = 0"]
-        loop += ["    xt = xrow + kd * (DD * s_xd) + kh * (DH * s_xh) + kw * (DW * s_xw)",
-                 "    a = x_ptr + (c * s_xc)[:, None] + xt[None, :]  # [BK, BM]: consecutive pixels fastest"]
-        inb = _bounds(spec, tuple(f"k{a} * {d}" if n > 1 else None
-                                  for a, n, d in zip("dhw", spec.kernel, spec.dilation)))
-        amask = [m for m in (f"({inb})[None, :]" if inb else None, None if even else "(c < CG)[:, None]") if m]
-        wmask = None if even else "(c < CG)[:, None]"
-        loop.append("    k = c * KVOL + tap")
+        if channels_last:
+            if spec.c_in % 4 == 0 and spec.cg % 4 == 0:  # each pixel's channel run starts 16-byte aligned
+                loop.append("    xt = tl.multiple_of(xt, 4)")
+            loop.append("    a = x_ptr + xt[:, None] + (c * s_xc)[None, :]  # [BM, BK]: channels fastest (s_xc is 1)")
+            amask = [m for m in (f"({inb})[:, None]" if inb else None, None if even else "(c < CG)[None, :]") if m]
+            loop.append("    k = tap * CG + c  # the permuted weight is [C_out, KD, KH, KW, CG]")
+        else:
+            loop.append("    a = x_ptr + (c * s_xc)[:, None] + xt[None, :]  # [BK, BM]: consecutive pixels fastest")
+            amask = [m for m in (f"({inb})[None, :]" if inb else None, None if even else "(c < CG)[:, None]") if m]
+            loop.append("    k = c * KVOL + tap")
     if amask:
         loop.append(f"    at = tl.load(a, mask={' & '.join(amask)}, other=0.0)")
     else:
